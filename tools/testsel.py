@@ -204,6 +204,23 @@ def report_verify(project, results):
     return tally
 
 
+def run_tool_tests():
+    """tools/test_series.py: the workspace tool's own tests."""
+    import unittest
+    print('== tools: unittest tools/test_series.py', flush=True)
+    here = pathlib.Path(__file__).resolve().parent
+    suite = unittest.defaultTestLoader.discover(str(here), 'test_*.py')
+    result = unittest.TextTestRunner(stream=sys.stdout, verbosity=1).run(
+        suite)
+    tally = Tally()
+    bad = result.failures + result.errors + list(
+        (t, '') for t in result.unexpectedSuccesses)
+    tally.failed = len(bad)
+    tally.passed = result.testsRun - tally.failed - len(result.skipped)
+    tally.failures += ['tools: %s' % t.id() for t, _ in bad]
+    return tally
+
+
 def check(projects):
     """Everything .ci/run runs; the last line is 'N passed, M failed'."""
     start = time.time()
@@ -213,6 +230,7 @@ def check(projects):
         project.make_venv()
     for project in projects:
         tally.add(report_verify(project, project.verify()))
+    tally.add(run_tool_tests())
     for project in projects:
         tally.add(run_tests(project))
     if tally.failures:

@@ -1,0 +1,140 @@
+"""Tests of tools/series on a scratch workspace (cyborg's base: small, cached).
+
+Run by `make check` (counted in its closing line), or alone:
+    python3 -m unittest discover -s tools -p 'test_*.py'
+"""
+
+import importlib.machinery
+import importlib.util
+import os
+import pathlib
+import secrets
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+HERE = pathlib.Path(__file__).resolve().parent
+_loader = importlib.machinery.SourceFileLoader('series', str(HERE / 'series'))
+_spec = importlib.util.spec_from_loader('series', _loader)
+series = importlib.util.module_from_spec(_spec)
+_loader.exec_module(series)
+
+
+def commit(tree, message, path='README.rst', text='# one more line\n'):
+    with open(tree / path, 'a') as f:
+        f.write(text)
+    subprocess.run(['git', '-C', str(tree), 'commit', '-q', '-a', '-m',
+                    message], check=True, env=dict(os.environ,
+                                                   **series.GIT_IDENTITY))
+
+
+def good_message(summary='Add a line to the README'):
+    return ('%s\n\nThe README lacked a line; this adds it.\n\n'
+            'Change-Id: I%s\n' % (summary, secrets.token_hex(20)))
+
+
+class SeriesWorkspaceTest(unittest.TestCase):
+    """materialize / export / verify on a copy of this workspace."""
+
+    def setUp(self):
+        self.top = pathlib.Path(tempfile.mkdtemp(prefix='series-test-'))
+        self.addCleanup(shutil.rmtree, self.top, ignore_errors=True)
+        shutil.copy(series.TOP / 'bases.ini', self.top)
+        (self.top / 'patches' / 'cyborg').mkdir(parents=True)
+        (self.top / 'build').mkdir()
+        # share the sdist cache and venvs (flake8) of the real workspace
+        for sub in ('cache', 'venvs'):
+            real = series.TOP / 'build' / sub
+            real.mkdir(parents=True, exist_ok=True)
+            (self.top / 'build' / sub).symlink_to(real)
+        self.project = series.Project('cyborg', top=self.top)
+        self.project.materialize()
+        self.tree = self.project.tree
+
+    def files(self):
+        return {p.name: p.read_bytes()
+                for p in self.project.patches.iterdir()}
+
+    def test_export_of_unchanged_tree_changes_no_file(self):
+        commit(self.tree, good_message())
+        self.project.export()
+        before = self.files()
+        mtimes = {p.name: p.stat().st_mtime_ns
+                  for p in self.project.patches.iterdir()}
+        self.project.materialize()  # reused: it is base + series
+        self.project.export()
+        self.assertEqual(before, self.files())
+        self.assertEqual(mtimes, {p.name: p.stat().st_mtime_ns
+                                  for p in self.project.patches.iterdir()})
+        text = before['0001-Add-a-line-to-the-README.patch'].decode()
+        self.assertTrue(text.startswith('From 0000000000000000000000000000'))
+        self.assertNotIn('\n-- \n', text)  # no git version signature
+        self.assertEqual(['0001-Add-a-line-to-the-README.patch'],
+                         [p.name for p in self.project.series()])
+
+    def test_materialize_applies_the_series_in_order(self):
+        commit(self.tree, good_message('First'), text='first\n')
+        commit(self.tree, good_message('Second'), text='second\n')
+        self.project.export()
+        self.project.materialize(force=True)
+        log = subprocess.run(['git', '-C', str(self.tree), 'log',
+                              '--format=%s', 'base..HEAD'], check=True,
+                             capture_output=True, text=True).stdout
+        self.assertEqual(['Second', 'First'], log.split())
+        self.assertFalse(list(self.tree.glob('*.egg-info')),
+                         'the sdist egg-info must not be part of the tree')
+
+    def test_broken_patch_stops_materialize_with_its_name(self):
+        commit(self.tree, good_message())
+        self.project.export()
+        (patch,) = self.project.series()
+        # a context line the base does not have: the patch no longer fits
+        lines = patch.read_text().split('\n')
+        at = next(i for i, ln in enumerate(lines) if ln.startswith('@@'))
+        lines[at + 1] = ' this line is not in the base'
+        patch.write_text('\n'.join(lines))
+        with self.assertRaises(series.SeriesError) as ctx:
+            self.project.materialize(force=True)
+        msg = str(ctx.exception)
+        self.assertIn('patch %s does not apply' % patch.name, msg)
+        self.assertIn('patch does not apply', msg)  # git's reason
+        self.assertNotIn('git am --continue', msg)
+
+    def test_refuses_to_overwrite_unexported_work(self):
+        commit(self.tree, good_message())
+        with self.assertRaises(series.SeriesError) as ctx:
+            self.project.materialize()
+        self.assertIn('Add a line to the README', str(ctx.exception))
+        self.assertIn('tools/series export cyborg', str(ctx.exception))
+        self.assertIn('--force', str(ctx.exception))
+        self.project.export()
+        (self.tree / 'README.rst').write_text('changed\n')
+        with self.assertRaises(series.SeriesError) as ctx:
+            self.project.materialize()
+        self.assertIn('uncommitted changes', str(ctx.exception))
+        self.project.materialize(force=True)
+        self.assertEqual('', subprocess.run(
+            ['git', '-C', str(self.tree), 'status', '--porcelain'],
+            capture_output=True, text=True).stdout)
+
+    @unittest.skipUnless((series.TOP / 'build/venvs/cyborg/bin/flake8')
+                         .exists(), 'no cyborg venv (tools/series venv)')
+    def test_verify_flags_message_and_lint_problems_per_patch(self):
+        commit(self.tree, good_message('Fine'))
+        commit(self.tree, 'A summary line that is much too long to be read '
+               'in one glance', path='cyborg/common/utils.py',
+               text='try:\n    pass\nexcept:\n    pass\n')
+        self.project.export()
+        results = dict(self.project.verify())
+        self.assertEqual([], results['0001-Fine.patch'])
+        problems = '\n'.join(results[
+            '0002-A-summary-line-that-is-much-too-long-to-be-read-in-o.patch'])
+        self.assertIn('summary line has 61 characters', problems)
+        self.assertIn('no body', problems)
+        self.assertIn('Change-Id', problems)
+        self.assertIn("H201: no 'except:'", problems)
+
+
+if __name__ == '__main__':
+    unittest.main()
