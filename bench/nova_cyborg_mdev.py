@@ -1,0 +1,129 @@
+"""Benchmark: what Cyborg MDEV ARQs cost the libvirt driver.
+
+Run from a materialized nova tree with its venv:
+
+    cd build/nova && ../venvs/nova/bin/python ../../bench/nova_cyborg_mdev.py
+
+It prints, in one run:
+
+* the cost of _get_guest_config() for a guest with 8 MDEV ARQs against the
+  same guest without ARQs (best of interleaved rounds, CPU time), as a ratio;
+  the target is at most 1.05;
+* the libvirt calls _ensure_cyborg_mdevs() makes for N MDEV ARQs on a fake
+  host (fakelibvirt's mtty-like parent): the target is one listing plus one
+  create, define and autostart per created mdev, and no lookup (the first
+  spawn on a parent also reads it once, to check it is not Nova's too; the
+  host name read names the host in the record of the mdevs Nova made).
+
+No assertion: numbers are printed for a person (and the README) to read.
+"""
+
+import collections
+import os
+import sys
+import time
+import unittest
+from unittest import mock
+
+# the nova tree in the current directory, whatever the venv points at
+sys.path.insert(0, os.getcwd())
+
+from oslo_utils.fixture import uuidsentinel as uuids
+from oslo_utils import uuidutils
+
+from nova import objects
+from nova.tests.fixtures import libvirt as fakelibvirt
+from nova.tests.unit.virt.libvirt import test_driver
+from nova.virt import fake
+from nova.virt.libvirt import driver as libvirt_driver
+
+ROUNDS = 7
+CALLS = 50
+N_ARQS = 8
+
+
+def mdev_arqs(count):
+    return [{'uuid': uuidutils.generate_uuid(),
+             'attach_handle_type': 'MDEV',
+             'attach_handle_uuid': uuidutils.generate_uuid(),
+             'attach_handle_info': {'asked_type': 'mtty-1', 'domain': '0000',
+                                    'bus': '41', 'device': '00',
+                                    'function': '0'}}
+            for _ in range(count)]
+
+
+class Bench(test_driver.LibvirtConnTestCase):
+
+    def _guest_config_cost(self):
+        drvr = libvirt_driver.LibvirtDriver(fake.FakeVirtAPI(), False)
+        instance = objects.Instance(**self.test_instance)
+        instance.image_ref = uuids.image_ref
+        instance.config_drive = ''
+        image_meta = objects.ImageMeta.from_dict(self.test_image_meta)
+        arqs = mdev_arqs(N_ARQS)
+
+        def run(accel_info):
+            start = time.process_time()
+            for _ in range(CALLS):
+                drvr._get_guest_config(
+                    instance, network_info=[], image_meta=image_meta,
+                    disk_info={'mapping': {}}, accel_info=accel_info)
+            return time.process_time() - start
+
+        run(None), run(arqs)  # warm up
+        best = {'none': None, 'mdev': None}
+        for _ in range(ROUNDS):
+            for name, accel_info in (('none', None), ('mdev', arqs)):
+                t = run(accel_info)
+                best[name] = t if best[name] is None else min(best[name], t)
+        return best
+
+    def _libvirt_calls(self, count):
+        pci_info = fakelibvirt.HostPCIDevicesInfo(
+            num_pci=0, num_pfs=0, num_vfs=0)
+        pci_info.add_mtty_parent(bus=0x41)
+        conn = fakelibvirt.Connection('qemu:///system', pci_info=pci_info)
+        calls = collections.Counter()
+
+        class Counting:
+            def __getattr__(self, name):
+                calls[name] += 1
+                return getattr(conn, name)
+
+        drvr = libvirt_driver.LibvirtDriver(fake.FakeVirtAPI(), False)
+        drvr._host.get_connection = lambda: Counting()
+        first = objects.Instance(uuid=uuids.first, system_metadata={})
+        instance = objects.Instance(uuid=uuids.instance, system_metadata={})
+        # a first spawn on the parent: its ownership is checked once per
+        # process (one node device lookup), the host name read once
+        drvr._ensure_cyborg_mdevs(first, mdev_arqs(1))
+        calls.clear()
+        with mock.patch.object(fakelibvirt.FakeMdev, 'setAutostart',
+                               autospec=True,
+                               side_effect=fakelibvirt.FakeMdev.setAutostart
+                               ) as autostart:
+            drvr._ensure_cyborg_mdevs(instance, mdev_arqs(count))
+        calls['setAutostart'] = autostart.call_count
+        return dict(calls)
+
+    def test_bench(self):
+        best = self._guest_config_cost()
+        ratio = best['mdev'] / best['none']
+        print('\n_get_guest_config x%d, best of %d rounds (CPU time):'
+              % (CALLS, ROUNDS))
+        print('  no ARQs        %8.1f ms' % (best['none'] * 1000))
+        print('  %d MDEV ARQs    %8.1f ms' % (N_ARQS, best['mdev'] * 1000))
+        print('  ratio          %8.3f   (target <= 1.05)' % ratio)
+        print('\nlibvirt calls of _ensure_cyborg_mdevs for a spawn (all '
+              'mdevs new, not the first spawn on the parent):')
+        for count in (1, 2, 8):
+            print('  %d MDEV ARQs: %s' % (count, ', '.join(
+                '%s=%d' % kv for kv in sorted(
+                    self._libvirt_calls(count).items()))))
+
+
+if __name__ == '__main__':
+    suite = unittest.defaultTestLoader.loadTestsFromName('test_bench', Bench)
+    result = unittest.TextTestRunner(stream=sys.stderr, verbosity=0).run(
+        suite)
+    sys.exit(0 if result.wasSuccessful() else 1)
