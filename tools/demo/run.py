@@ -15,7 +15,8 @@ already there), then runs the story with the real patched code:
   6. Every domain and node-device XML Nova sent to libvirt is validated
      against libvirt's own RelaxNG schemas (tools/libvirt_schemas.py).
 
-Standard library only. The last line is "demo: all N checks passed" (exit 0)
+On a machine shared with other Nova test runs, DEMO_NOVA_LOCK=FILE runs the
+Nova step under `flock FILE`. Standard library only. The last line is "demo: all N checks passed" (exit 0)
 or names the checks that failed (exit 1).
 """
 
@@ -95,8 +96,10 @@ def prepare(project, materialize):
     return tree, python
 
 
-def run_step(python, tree, script, args, env, log):
+def run_step(python, tree, script, args, env, log, lock=None):
     cmd = [str(python), str(HERE / script)] + [str(a) for a in args]
+    if lock:
+        cmd = ['flock', lock] + cmd
     with open(log, 'w') as out:
         rc = subprocess.run(cmd, cwd=tree, env=dict(os.environ, **env),
                             stdout=out, stderr=subprocess.STDOUT).returncode
@@ -401,7 +404,8 @@ def main(argv=None):
                 env.pop('VIRTUAL_ENV', None)
                 run_step(nova_python, nova_tree, 'nova_step.py',
                          [tmp / 'cy.json', tmp / 'nova.json'], env,
-                         logs / 'demo-nova.log')
+                         logs / 'demo-nova.log',
+                         lock=os.environ.get('DEMO_NOVA_LOCK'))
                 nova = json.loads((tmp / 'nova.json').read_text())
     except Failure as e:
         print('demo: cannot run: %s' % e, flush=True)
