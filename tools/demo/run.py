@@ -52,8 +52,11 @@ class Failure(Exception):
     """The demo could not run a part: said plainly, exit 2."""
 
 
+START = time.time()
+
+
 def progress(msg):
-    print('demo: ' + msg, flush=True)
+    print('demo: [%3ds] %s' % (time.time() - START, msg), flush=True)
 
 
 def stream(cmd, prefix):
