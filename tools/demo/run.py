@@ -107,8 +107,9 @@ def run_step(python, tree, script, args, env, log, lock=None):
         rc = subprocess.run(cmd, cwd=tree, env=dict(os.environ, **env),
                             stdout=out, stderr=subprocess.STDOUT).returncode
     if rc:
-        raise Failure('%s exited %d; its output is in %s' % (
-            script, rc, log.relative_to(TOP)))
+        tail = ''.join(open(log).readlines()[-15:])
+        raise Failure('%s exited %d; the end of its output (all of it is in '
+                      '%s):\n%s' % (script, rc, log.relative_to(TOP), tail))
 
 
 # -- rendering ----------------------------------------------------------------
@@ -314,9 +315,10 @@ def render(cy, nova, checks, verbose):
         s = steps['5']
         header(5)
         if 'reboot' in s:
-            say('hard reboot cyborg-server: same mdev object: %s, hostdev '
-                'uuids %s' % (s['reboot']['same_mdev'],
-                              ', '.join(s['reboot']['hostdev_uuids'])))
+            say('hard reboot cyborg-server: %s; guest hostdev uuid %s' % (
+                'its mdev kept, not re-made' if s['reboot']['same_mdev']
+                else 'its mdev was RE-MADE',
+                ', '.join(s['reboot']['hostdev_uuids'])))
         if 'delete' in s:
             d = s['delete']
             say('delete both servers:')
