@@ -15,6 +15,7 @@ import logging
 import os
 import pathlib
 import sys
+import time
 import unittest
 
 import fixtures
@@ -231,12 +232,14 @@ class CyborgStory(base.DbTestCase):
 
 
 def main(out):
+    start = time.time()
     if 'missing' not in RECORD:
         result = unittest.TestResult()
         CyborgStory('test_story').run(result)
         problems = result.errors + result.failures
         if problems:
             RECORD['error'] = problems[0][1]
+    RECORD['seconds'] = round(time.time() - start, 1)
     with open(out, 'w') as f:
         json.dump(RECORD, f, indent=1, sort_keys=True)
     return 0

@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import sys
+import time
 import traceback
 import unittest
 import urllib.parse
@@ -511,6 +512,7 @@ def validate():
 
 
 def main(cyborg_json, out):
+    start = time.time()
     with open(cyborg_json) as f:
         CYBORG.update(json.load(f))
     result = unittest.TestResult()
@@ -525,6 +527,7 @@ def main(cyborg_json, out):
         else:
             RECORD['error'] = text
     validate()
+    RECORD['seconds'] = round(time.time() - start, 1)
     with open(out, 'w') as f:
         json.dump(RECORD, f, indent=1, sort_keys=True)
     return 0
