@@ -184,6 +184,9 @@ def run_tests(project):
         env = tox_setenv(project.tree, 'py3')
         tally.add(stestr(project, 'unit', './' + project.unit_tests, [],
                          env))
+        # Cyborg's functional tests (API samples, ...) are few and fast.
+        tally.add(stestr(project, 'functional', './cyborg/tests/functional',
+                         [], env))
     return tally
 
 
@@ -221,6 +224,20 @@ def run_tool_tests():
     return tally
 
 
+def run_lab():
+    """tools/lab: libvirt's schemas (tier 1), a real kernel mdev (tier 2)."""
+    import importlib.util
+    path = pathlib.Path(__file__).resolve().parent / 'lab' / 'run.py'
+    spec = importlib.util.spec_from_file_location('lab_run', path)
+    lab_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lab_run)
+    lab = lab_run.run()
+    tally = Tally()
+    tally.passed, tally.failed = lab.passed, lab.failed
+    tally.failures += ['lab: %s' % f for f in lab.failures]
+    return tally
+
+
 def check(projects):
     """Everything .ci/run runs; the last line is 'N passed, M failed'."""
     start = time.time()
@@ -231,6 +248,7 @@ def check(projects):
     for project in projects:
         tally.add(report_verify(project, project.verify()))
     tally.add(run_tool_tests())
+    tally.add(run_lab())
     for project in projects:
         tally.add(run_tests(project))
     if tally.failures:

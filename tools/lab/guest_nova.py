@@ -1,0 +1,384 @@
+"""Tier 2, Nova: the patched libvirt driver on real libvirt and a real mdev.
+
+Runs in the lab guest with the lab venv's python (the nova venv plus real
+libvirt-python) against libvirtd on qemu:///system, whose nodedev driver
+sees the kernel's mtty sample parent (libvirt name mtty_mtty). A bound MDEV
+ARQ is built from one of the attach handles that Cyborg's generic mdev
+driver reported (OUT/cyborg-handles.json, see guest_cyborg.py), the way
+Cyborg's API returns it, and handed to the driver's own methods:
+_ensure_cyborg_mdevs() (persistent mdev), _get_guest_xml() ->
+_get_guest_config() -> _guest_add_accelerators() (the hostdev), the
+driver's _create_guest() (a type='qemu' domain, started paused), destroy()
+(the delete path, _remove_cyborg_mdevs()). Then bad input: each must be a
+clear Nova error and leave nothing behind.
+"""
+
+import json
+import os
+import pathlib
+import sys
+import time
+import uuid
+
+START = time.monotonic()
+os.environ.setdefault('OS_NOVA_DISABLE_EVENTLET_PATCHING', 'true')
+
+from labcheck import check, expect, read, results, sh, wait  # noqa: E402
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+import libvirt_schemas  # noqa: E402
+
+OUT = sys.argv[1] if len(sys.argv) > 1 else '/out'
+URI = os.environ.get('LAB_LIBVIRT_URI', 'qemu:///system')
+PARENT_SYSFS = '/sys/class/mdev_bus/mtty'
+LIBVIRT_PARENT = 'mtty_mtty'
+TYPE = 'mtty-2'
+INSTANCES = '/run/lab-instances'
+
+from nova import monkey_patch  # noqa: E402
+monkey_patch.patch()
+
+import libvirt  # noqa: E402
+from lxml import etree  # noqa: E402
+
+import nova.conf  # noqa: E402
+from nova import context as nova_context  # noqa: E402
+from nova import exception  # noqa: E402
+from nova import objects  # noqa: E402
+from nova.virt import fake as fake_virt  # noqa: E402
+from nova.virt.libvirt import accelerators  # noqa: E402
+from nova.virt.libvirt import blockinfo  # noqa: E402
+from nova.virt.libvirt import driver as libvirt_driver  # noqa: E402
+
+CONF = nova.conf.CONF
+IMPORTED = time.monotonic()
+
+
+def setup():
+    CONF([], project='nova', default_config_files=[])
+    # as nova-compute does when it starts (the compute manager)
+    nova.conf.neutron.register_dynamic_opts(CONF)
+    nova.conf.devices.register_dynamic_opts(CONF)
+    CONF.set_override('virt_type', 'qemu', 'libvirt')
+    CONF.set_override('connection_uri', URI, 'libvirt')
+    CONF.set_override('images_type', 'raw', 'libvirt')
+    CONF.set_override('instances_path', INSTANCES)
+    CONF.set_override('host', 'lab')
+    objects.register_all()
+    os.makedirs(INSTANCES, exist_ok=True)
+    drv = libvirt_driver.LibvirtDriver(fake_virt.FakeVirtAPI(), False)
+    libvirt.registerErrorHandler(lambda *a: None, None)
+    return drv
+
+
+def make_instance(n):
+    flavor = objects.Flavor(
+        id=1, flavorid='lab', name='lab', memory_mb=128, vcpus=1,
+        root_gb=1, ephemeral_gb=0, swap=0, vcpu_weight=None,
+        rxtx_factor=1.0, extra_specs={}, is_public=True)
+    inst = objects.Instance(
+        id=n, uuid=str(uuid.uuid4()), display_name='lab-%d' % n,
+        project_id='lab', user_id='lab', host='lab', node='lab',
+        image_ref='', flavor=flavor, old_flavor=None, new_flavor=None,
+        root_gb=1, ephemeral_gb=0, memory_mb=128, vcpus=1,
+        system_metadata={}, numa_topology=None,
+        pci_devices=objects.PciDeviceList(), config_drive=None,
+        os_type='linux', vm_mode=None, kernel_id=None, ramdisk_id=None,
+        vcpu_model=None, ephemeral_key_uuid=None, trusted_certs=None,
+        resources=None, migration_context=None, info_cache=None,
+        task_state=None, vm_state=None, cleaned=False, pci_requests=None,
+        device_metadata=None, keypairs=objects.KeyPairList(objects=[]),
+        tags=objects.TagList(), services=objects.ServiceList(),
+        metadata={})
+    # The root disk Nova would have made: a tiny raw file.
+    path = os.path.join(INSTANCES, inst.uuid)
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, 'disk'), 'wb') as f:
+        f.truncate(1 << 20)
+    return inst
+
+
+def make_arq(handle_info, instance, **changes):
+    """A bound MDEV ARQ as Cyborg's API returns it for one attach handle
+    (attach_handle_uuid: the handle's uuid, made by Cyborg's DB)."""
+    info = {k: str(v) for k, v in handle_info.items()}
+    info.update(changes)
+    return {'uuid': str(uuid.uuid4()), 'state': 'Bound',
+            'device_profile_name': 'lab-mtty', 'device_profile_group_id': 0,
+            'hostname': 'lab', 'device_rp_uuid': str(uuid.uuid4()),
+            'instance_uuid': instance.uuid,
+            'attach_handle_type': 'MDEV',
+            'attach_handle_uuid': str(uuid.uuid4()),
+            'attach_handle_info': info}
+
+
+class Lab:
+    def __init__(self, drv):
+        self.drv = drv
+        self.conn = drv._host.get_connection()
+        self.ctxt = nova_context.get_admin_context()
+        self.validator = libvirt_schemas.Validator()
+
+    # What the host has, seen three ways: libvirt, mdevctl, the kernel.
+    def mdev_names(self):
+        return sorted(d.name() for d in self.conn.listAllDevices(
+            libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV))
+
+    def defined(self):
+        return sorted(line.split()[0] for line in sh(
+            'mdevctl', 'list', '--defined').splitlines() if line.strip())
+
+    def kernel_mdevs(self):
+        return sorted(os.listdir('/sys/bus/mdev/devices'))
+
+    def available(self, mdev_type=TYPE):
+        return int(read('%s/mdev_supported_types/%s/available_instances' % (
+            PARENT_SYSFS, mdev_type)))
+
+    def libvirt_available(self, mdev_type=TYPE):
+        xml = etree.fromstring(
+            self.conn.nodeDeviceLookupByName(LIBVIRT_PARENT).XMLDesc(0))
+        return int(xml.find(".//type[@id='%s']/availableInstances"
+                            % mdev_type).text)
+
+    def domains(self):
+        return sorted(d.name() for d in self.conn.listAllDomains(0))
+
+    def state(self):
+        return {'libvirt mdevs': self.mdev_names(),
+                'mdevctl --defined': self.defined(),
+                'kernel mdevs': self.kernel_mdevs(),
+                'available': self.available(), 'domains': self.domains()}
+
+    def mdev(self, uuid_):
+        for dev in self.conn.listAllDevices(
+                libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV):
+            if uuid_.replace('-', '_') in dev.name():
+                return dev
+        return None
+
+    def guest_xml(self, inst, accel_info):
+        image_meta = objects.ImageMeta.from_dict(
+            {'disk_format': 'raw', 'properties': {}})
+        disk_info = blockinfo.get_disk_info(
+            CONF.libvirt.virt_type, inst, image_meta)
+        return self.drv._get_guest_xml(
+            self.ctxt, inst, [], disk_info, image_meta,
+            accel_info=accel_info)
+
+
+def main():
+    # stage 2 starts this while libvirtd starts and Cyborg's checks run
+    ready = os.environ.get('LAB_READY')
+    if ready:
+        wait(lambda: all(os.path.exists(os.path.join(ready, f))
+                         for f in ('cyborg', 'libvirtd')), timeout=600,
+             step=0.5)
+    handles_file = os.path.join(OUT, 'cyborg-handles.json')
+    print('nova: imported in %.0fs, ready after %.0fs' % (
+        IMPORTED - START, time.monotonic() - START), flush=True)
+    handles = check('nova: Cyborg attach handles to build ARQs from',
+                    lambda: json.load(open(handles_file))['handles'])
+    if not handles:
+        return 1
+    drv = check('nova: LibvirtDriver with a real Host on %s' % URI, setup)
+    if not drv:
+        return 1
+    lab = Lab(drv)
+    before = lab.state()
+    print('before: %s' % before, flush=True)
+    inst = make_instance(1)
+    arq = make_arq(handles[0], inst)
+    mdev_uuid = arq['attach_handle_uuid']
+    print('ARQ: %s' % json.dumps(arq), flush=True)
+
+    def partition():
+        reqs = accelerators.partition([arq])
+        expect(len(reqs.mdevs) == 1, 'mdev requests: %s' % (reqs,))
+        m = reqs.mdevs[0]
+        expect((m.uuid, m.mdev_type) == (mdev_uuid, TYPE), repr(m))
+        return repr(m)
+    check('nova: accelerators.partition() accepts the MDEV ARQ of the '
+          'virtual parent', partition)
+
+    def ensure():
+        created = drv._ensure_cyborg_mdevs(inst, [arq])
+        expect(created == [mdev_uuid], 'created %s' % created)
+        dev = wait(lambda: lab.mdev(mdev_uuid))
+        expect(dev, 'libvirt has no mdev %s: %s' % (
+            mdev_uuid, lab.mdev_names()))
+        expect(wait(lambda: dev.isActive()), 'mdev not active')
+        xml = etree.fromstring(dev.XMLDesc(0))
+        got = (xml.findtext('parent'),
+               xml.find('capability/type').get('id'),
+               bool(dev.isPersistent()))
+        expect(got == (LIBVIRT_PARENT, TYPE, True), 'mdev is %s' % (got,))
+        expect(mdev_uuid in lab.defined(),
+               'mdevctl list --defined: %s' % lab.defined())
+        expect(mdev_uuid in lab.kernel_mdevs(), 'not in the kernel')
+        expect(inst.system_metadata.get('cyborg_mdev_' + mdev_uuid),
+               'not recorded in system_metadata')
+        avail = lab.available()
+        expect(avail == before['available'] - 1,
+               'available_instances %d, was %d' % (
+                   avail, before['available']))
+        expect(wait(lambda: lab.libvirt_available() == avail),
+               'libvirt says %d available' % lab.libvirt_available())
+        return '%s: parent %s, type %s, persistent; mdevctl --defined ' \
+               'has it; available %d -> %d' % (
+                   dev.name(), got[0], got[1], before['available'], avail)
+    check('nova: _ensure_cyborg_mdevs() makes the persistent mdev '
+          '(libvirt, mdevctl --defined, sysfs)', ensure)
+
+    def compose():
+        xml = lab.guest_xml(inst, [arq])
+        with open(os.path.join(OUT, 'guest-1.xml'), 'w') as f:
+            f.write(xml)
+        doc = etree.fromstring(xml)
+        hostdevs = doc.findall("./devices/hostdev[@type='mdev']")
+        expect(len(hostdevs) == 1, '%d mdev hostdevs' % len(hostdevs))
+        got = (hostdevs[0].get('model'),
+               hostdevs[0].find('source/address').get('uuid'))
+        expect(got == ('vfio-pci', mdev_uuid), 'hostdev %s' % (got,))
+        expect(doc.get('type') == 'qemu', 'domain type %s' % doc.get('type'))
+        errors = lab.validator.domain(xml)
+        expect(not errors, 'domain.rng: %s' % errors)
+        return 'hostdev model=%s uuid=%s; valid against domain.rng' % got
+    xml1 = check('nova: _get_guest_xml() composes the mdev hostdev '
+                 '(_get_guest_config -> _guest_add_accelerators)', compose)
+
+    def start():
+        expect(xml1 is not None, 'no guest XML')
+        guest = drv._create_guest(lab.ctxt, lab.guest_xml(inst, [arq]),
+                                  inst, power_on=False, pause=True)
+        state = guest._domain.state()[0]
+        expect(state == libvirt.VIR_DOMAIN_PAUSED, 'state %s' % state)
+        live = etree.fromstring(guest._domain.XMLDesc(0))
+        uuids = [a.get('uuid') for a in live.findall(
+            "./devices/hostdev[@type='mdev']/source/address")]
+        expect(uuids == [mdev_uuid], 'live hostdevs %s' % uuids)
+        return '%s paused with mdev %s' % (guest._domain.name(), mdev_uuid)
+    started = check("nova: _create_guest() defines and starts the "
+                    "type='qemu' guest with the mdev (paused)", start)
+
+    def second():
+        inst2 = make_instance(2)
+        arq2 = dict(arq, uuid=str(uuid.uuid4()), instance_uuid=inst2.uuid)
+        try:
+            expect(drv._ensure_cyborg_mdevs(inst2, [arq2]) == [],
+                   'a second mdev was made')
+            drv._create_guest(lab.ctxt, lab.guest_xml(inst2, [arq2]),
+                              inst2, power_on=False, pause=True)
+        finally:
+            # what Nova does when a spawn fails: clean the guest up
+            drv.cleanup(lab.ctxt, inst2, [], destroy_disks=False)
+            expect(lab.mdev(mdev_uuid), 'cleanup removed the first '
+                   "guest's mdev")
+            expect(inst.name in lab.domains() and
+                   inst2.name not in lab.domains(),
+                   'domains after cleanup: %s' % lab.domains())
+    check('nova: a second guest on the same mdev is refused (and its '
+          "cleanup keeps the first guest's mdev)", second,
+          raises=(libvirt.libvirtError, ['in use']))
+
+    def delete():
+        expect(started, 'the guest did not start')
+        drv.destroy(lab.ctxt, inst, [], destroy_disks=False)
+        expect(wait(lambda: lab.mdev(mdev_uuid) is None),
+               'libvirt still has the mdev')
+        expect(mdev_uuid not in lab.defined(), 'mdevctl still defines it')
+        expect(wait(lambda: mdev_uuid not in lab.kernel_mdevs()),
+               'still in the kernel')
+        expect(not accelerators.created_mdevs(inst),
+               'still recorded: %s' % inst.system_metadata)
+        after = lab.state()
+        expect(after == before, 'before %s, after %s' % (before, after))
+        return 'domain gone, mdev gone; available_instances back to %d' % (
+            after['available'])
+    check('nova: destroy() (the delete path) removes the guest and the '
+          'mdev, available_instances is back', delete)
+
+    bad_input(lab, handles[0])
+    return 0 if all(results) else 1
+
+
+def bad_input(lab, handle):
+    drv = lab.drv
+
+    def leaves_nothing(name, changes, raises, arq_changes=None):
+        inst = make_instance(10 + len(results))
+        arq = make_arq(handle, inst, **changes)
+        arq.update(arq_changes or {})
+
+        def run():
+            before = lab.state()
+            try:
+                drv._ensure_cyborg_mdevs(inst, [arq])
+            finally:
+                after = lab.state()
+                expect(after == before, 'left behind: before %s, after %s'
+                       % (before, after))
+                expect(not accelerators.created_mdevs(inst),
+                       'recorded: %s' % inst.system_metadata)
+        check('nova: bad input, %s: a clear error, nothing left behind'
+              % name, run, raises=raises)
+
+    leaves_nothing('an attach_handle_uuid that is no uuid', {},
+                   (exception.InvalidAcceleratorRequest,
+                    ['attach_handle_uuid', 'not-a-uuid']),
+                   {'attach_handle_uuid': 'not-a-uuid'})
+    leaves_nothing('a type the parent lacks (mtty-9)',
+                   {'asked_type': 'mtty-9'},
+                   (exception.NovaException, ['mtty-9']))
+    leaves_nothing('a parent that does not exist (nosuch)',
+                   {'parent_name': 'nosuch'},
+                   (exception.NovaException, ['nosuch']))
+
+    # An mdev uuid that real libvirt does not know: a guest composed with
+    # it (no _ensure_cyborg_mdevs) is refused when it starts.
+    def unknown():
+        inst = make_instance(20)
+        arq = make_arq(handle, inst)
+        before = lab.state()
+        try:
+            drv._create_guest(lab.ctxt, lab.guest_xml(inst, [arq]), inst,
+                              power_on=False, pause=True)
+        finally:
+            drv.cleanup(lab.ctxt, inst, [], destroy_disks=False)
+            after = lab.state()
+            expect(after == before, 'left behind: before %s, after %s' % (
+                before, after))
+    check('nova: bad input, an mdev uuid libvirt does not know: the guest '
+          'is refused, nothing left behind', unknown,
+          raises=(libvirt.libvirtError, ['not found']))
+
+    # The uuid of an existing mdev of another type: refused, and that mdev
+    # (not Nova's) is kept.
+    def taken():
+        inst = make_instance(21)
+        arq = make_arq(handle, inst)
+        other = arq['attach_handle_uuid']
+        with open(PARENT_SYSFS + '/mdev_supported_types/mtty-1/create',
+                  'w') as f:
+            f.write(other)
+        expect(wait(lambda: lab.mdev(other)), 'libvirt does not list the '
+               'mtty-1 mdev')
+        try:
+            drv._ensure_cyborg_mdevs(inst, [arq])
+        finally:
+            kept = other in lab.kernel_mdevs()
+            with open('/sys/bus/mdev/devices/%s/remove' % other, 'w') as f:
+                f.write('1')
+            expect(kept, 'the mtty-1 mdev was removed')
+            expect(not accelerators.created_mdevs(inst),
+                   'recorded: %s' % inst.system_metadata)
+    check('nova: bad input, the uuid of an existing mdev of another type: '
+          'a clear error, that mdev kept', taken,
+          raises=(exception.InvalidAcceleratorRequest,
+                  ['attach_handle_uuid', 'mtty-1']))
+    print('after: %s' % lab.state(), flush=True)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

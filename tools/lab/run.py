@@ -1,0 +1,317 @@
+#!/usr/bin/env python3
+"""Real libvirt and a real kernel mdev: the lab tiers of the test command.
+
+    python3 tools/lab/run.py [tier1|tier2|all]
+
+tier1  the domain and node-device XML that Nova's Cyborg mdev functional
+       tests give (fake) libvirt, validated against libvirt's own RelaxNG
+       schemas (tools/lab/tier1.py, tools/libvirt_schemas.py).
+tier2  the patched Cyborg and Nova code on a real kernel mdev (the mtty
+       sample driver) with real udev, mdevctl and libvirtd, in the
+       distribution's kernel booted under qemu-system-x86_64 -accel tcg
+       (build-guest.sh, guest-init, guest-stage2.sh, guest_*.py).
+
+Needs root and apt-get (Debian 12): it installs the distribution packages
+it lacks, makes build/venvs/lab (the nova venv + real libvirt-python) and
+builds the guest under build/lab/, reusing all of it when present. Needs
+the trees and venvs of `python3 tools/series materialize/venv`.
+One line per check, "PASS name (seconds)" or "FAIL name (seconds): why";
+exits 1 on a failure.
+"""
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+BUILD = ROOT / 'build'
+LAB = BUILD / 'lab'
+VENVS = BUILD / 'venvs'
+NOVA_TREE = BUILD / 'nova'
+
+TIER2_PACKAGES = [
+    'qemu-system-x86', 'busybox-static', 'cpio', 'kmod', 'xz-utils', 'udev',
+    'mdevctl', 'libvirt-daemon', 'libvirt-daemon-driver-qemu',
+    'libvirt-clients', 'libvirt-dev', 'libxml2-utils', 'pkg-config', 'gcc',
+    'make', 'linux-headers-amd64',
+]
+# The guest must finish within this (seconds); the host gives up a minute
+# later.
+WATCHDOG = 240
+
+
+class Tally:
+    def __init__(self):
+        self.passed = 0
+        self.failed = 0
+        self.failures = []
+
+    def add(self, ok, name):
+        if ok:
+            self.passed += 1
+        else:
+            self.failed += 1
+            self.failures.append(name)
+
+
+def count(tally, line, prefix=''):
+    """Count a "PASS name (Ns)..." / "FAIL name (Ns): ..." line; print it."""
+    print('   ' + line.rstrip(), flush=True)
+    m = re.match(r'^(PASS|FAIL) (.*?) \([0-9.]+s\)(:.*)?$', line.rstrip())
+    if m:
+        tally.add(m.group(1) == 'PASS', prefix + m.group(2))
+
+
+def say(msg):
+    print(msg, flush=True)
+
+
+def tox_env(env_name):
+    sys.path.insert(0, str(HERE.parent))
+    import testsel
+    return testsel.tox_setenv(NOVA_TREE, env_name)
+
+
+def tier1(tally):
+    python = VENVS / 'nova' / 'bin' / 'python'
+    if not python.exists():
+        tally.add(False, 'tier1: the nova venv exists (run python3 '
+                  'tools/series materialize nova && python3 tools/series '
+                  'venv nova)')
+        return
+    say('== lab tier1: Nova\'s Cyborg mdev XML against libvirt\'s schemas')
+    start = time.time()
+    env = dict(os.environ, **tox_env('functional'))
+    env.update(VIRTUAL_ENV=str(VENVS / 'nova'), OS_STDOUT_CAPTURE='1',
+               OS_STDERR_CAPTURE='1', NOVA_RAISE_ON_GREENLET_LEAK='True',
+               OS_NOVA_DISABLE_EVENTLET_PATCHING='False')
+    LAB.mkdir(parents=True, exist_ok=True)
+    log = LAB / 'tier1.log'
+    with open(log, 'w') as err:
+        proc = subprocess.Popen(
+            [str(python), str(HERE / 'tier1.py')], cwd=NOVA_TREE, env=env,
+            stdout=subprocess.PIPE, stderr=err, text=True)
+        for line in proc.stdout:
+            count(tally, line)
+        rc = proc.wait()
+    if rc and not tally.failures:
+        tally.add(False, 'tier1: tier1.py exit %d, see %s' % (rc, log))
+        say(''.join(open(log).readlines()[-20:]))
+    say('   tier1 took %ds (log: %s)' % (time.time() - start,
+                                         log.relative_to(ROOT)))
+
+
+def missing_packages(packages):
+    out = subprocess.run(
+        ['dpkg-query', '-W', '-f=${Package} ${db:Status-Abbrev}\n'] +
+        packages, capture_output=True, text=True).stdout
+    installed = {line.split()[0] for line in out.splitlines()
+                 if line.split()[1:2] == ['ii']}
+    return [p for p in packages if p not in installed]
+
+
+def apt_install(packages):
+    """Install what is missing; returns the seconds it took."""
+    start = time.time()
+    missing = missing_packages(packages)
+    if missing:
+        say('   apt-get install %s' % ' '.join(missing))
+        env = dict(os.environ, DEBIAN_FRONTEND='noninteractive')
+        for cmd in (['apt-get', 'update', '-q'],
+                    ['apt-get', 'install', '-y', '-q',
+                     '--no-install-recommends'] + missing):
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            if p.returncode:
+                raise RuntimeError('%s failed:\n%s' % (
+                    ' '.join(cmd[:3]), (p.stdout + p.stderr)[-1500:]))
+    return time.time() - start
+
+
+def kernel_version():
+    deps = subprocess.run(
+        ['dpkg-query', '-W', '-f=${Depends}', 'linux-headers-amd64'],
+        capture_output=True, text=True).stdout
+    m = re.search(r'linux-headers-([0-9][^ ,]*-amd64)', deps)
+    if not m:
+        raise RuntimeError('cannot tell the kernel version from '
+                           'linux-headers-amd64 (%r)' % deps)
+    return m.group(1)
+
+
+def lab_venv():
+    """build/venvs/lab: the nova venv's packages + real libvirt-python.
+
+    Real libvirt-python must not go into the nova venv (its unit tests use
+    fakelibvirt), so it gets a venv of its own whose .pth adds the nova
+    venv's site-packages after its own.
+    """
+    venv = VENVS / 'lab'
+    python = venv / 'bin' / 'python'
+    ok = subprocess.run([str(python), '-c', 'import libvirt, nova'],
+                        cwd='/', capture_output=True) if python.exists() \
+        else None
+    if ok is not None and ok.returncode == 0:
+        return 0.0
+    start = time.time()
+    nova_python = VENVS / 'nova' / 'bin' / 'python'
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([str(nova_python), '-m', 'venv', str(venv)], check=True)
+    site = subprocess.run(
+        [str(python), '-c', 'import sysconfig; '
+         'print(sysconfig.get_paths()["purelib"])'],
+        capture_output=True, text=True, check=True).stdout.strip()
+    nova_site = subprocess.run(
+        [str(nova_python), '-c', 'import sysconfig; '
+         'print(sysconfig.get_paths()["purelib"])'],
+        capture_output=True, text=True, check=True).stdout.strip()
+    pathlib.Path(site, 'zz_lab_nova_venv.pth').write_text(
+        'import site; site.addsitedir(%r)\n' % nova_site)
+    version = subprocess.run(['pkg-config', '--modversion', 'libvirt'],
+                             capture_output=True, text=True,
+                             check=True).stdout.strip()
+    # an sdist: built against the distribution's libvirt (libvirt-dev)
+    subprocess.run([str(venv / 'bin' / 'pip'), 'install', '-q',
+                    'libvirt-python==%s' % version], check=True)
+    return time.time() - start
+
+
+# What the guest scripts import, compiled here once: the venvs hold no
+# bytecode, and compiling Nova's imports in the TCG guest takes minutes.
+# The bytecode goes to build/lab/pycache (PYTHONPYCACHEPREFIX), never into
+# the trees or venvs, and the guest reads it from there.
+WARM = {
+    'lab': 'import libvirt, lxml.etree, nova.monkey_patch, nova.conf, '
+           'nova.objects, nova.virt.fake, nova.virt.libvirt.driver',
+    'cyborg': 'import cyborg.conf, cyborg.accelerator.drivers.mdev.driver',
+}
+
+
+def warm_bytecode():
+    env = dict(os.environ, PYTHONPYCACHEPREFIX=str(LAB / 'pycache'),
+               OS_NOVA_DISABLE_EVENTLET_PATCHING='true')
+    env.pop('PYTHONDONTWRITEBYTECODE', None)
+    for venv, code in WARM.items():
+        subprocess.run([str(VENVS / venv / 'bin' / 'python'), '-c', code],
+                       cwd='/', env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def tier2(tally):
+    say('== lab tier2: Cyborg and Nova on a real kernel mdev (mtty) with '
+        'real libvirt, in a TCG guest')
+    start = time.time()
+    try:
+        t_apt = apt_install(TIER2_PACKAGES)
+        kver = kernel_version()
+        t_apt += apt_install(['linux-source-' + kver.split('.0-')[0],
+                              'linux-headers-' + kver])
+        t_venv = lab_venv()
+        t = time.time()
+        subprocess.run(['bash', str(HERE / 'build-guest.sh'),
+                        str(LAB / 'guest')], check=True)
+        t_build = time.time() - t
+    except (RuntimeError, subprocess.CalledProcessError) as e:
+        tally.add(False, 'tier2: lab set up (%s)' % str(e).splitlines()[0])
+        say('   FAIL tier2: lab set up: %s' % e)
+        return
+    say('   set up: apt %.0fs, lab venv %.0fs, guest build %.0fs' % (
+        t_apt, t_venv, t_build))
+
+    t = time.time()
+    warm_bytecode()
+    t_warm = time.time() - t
+
+    out = LAB / 'out'
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    guest = LAB / 'guest'
+    cmd = ['qemu-system-x86_64', '-accel', 'tcg', '-m', '3072',
+           '-smp', str(os.cpu_count() or 2), '-nographic', '-no-reboot',
+           '-kernel', str(guest / 'vmlinuz'),
+           '-initrd', str(guest / 'initrd.gz'),
+           '-append', 'console=ttyS0 panic=-1 quiet loglevel=3 '
+           'lab.stage2=%s lab.watchdog=%d' % (HERE / 'guest-stage2.sh',
+                                              WATCHDOG),
+           '-virtfs', 'local,path=/,mount_tag=hostroot,security_model=none,'
+           'readonly=on,multidevs=remap',
+           '-virtfs', 'local,path=%s,mount_tag=out,security_model=none' %
+           out]
+    t = time.time()
+    with open(LAB / 'console.log', 'w') as console:
+        try:
+            subprocess.run(cmd, stdout=console, stderr=subprocess.STDOUT,
+                           stdin=subprocess.DEVNULL, timeout=WATCHDOG + 60)
+        except subprocess.TimeoutExpired:
+            say('   the guest was killed after %ds' % (WATCHDOG + 60))
+    t_guest = time.time() - t
+
+    lines = []
+    for name in ('report.txt', 'cyborg.txt', 'nova.txt'):
+        if (out / name).exists():
+            lines += (out / name).read_text().splitlines()
+    exits = {}
+    fails = {}
+    for line in lines:
+        m = re.match(r'^EXIT (\S+) (\d+)$', line)
+        if m:
+            exits[m.group(1)] = int(m.group(2))
+            continue
+        count(tally, line, 'tier2 ')
+    for script, prefix in (('guest_cyborg.py', 'cyborg:'),
+                           ('guest_nova.py', 'nova:')):
+        fails[script] = any(
+            line.startswith('FAIL ' + prefix) for line in lines)
+        rc = exits.get(script)
+        ok = rc == 0 or (rc is not None and fails[script])
+        tally.add(ok, 'tier2: %s ran to its end' % script)
+        if not ok:
+            say('   FAIL tier2: %s ran to its end (exit %s); its log:' % (
+                script, rc))
+            log = out / ('%s.log' % script.split('_')[1][:-3])
+            if log.exists():
+                say(''.join('      ' + x for x in
+                            log.read_text().splitlines(True)[-15:]))
+    finished = (out / 'finished').exists()
+    tally.add(finished, 'tier2: the guest finished before its watchdog')
+    say('   %s tier2: the guest finished before its watchdog (%ds)' % (
+        'PASS' if finished else 'FAIL', t_guest))
+    if not finished:
+        say('   console (%s):' % (LAB / 'console.log'))
+        say(''.join('      ' + x for x in (
+            LAB / 'console.log').read_text(errors='replace').splitlines(
+                True)[-15:]))
+    say('   tier2 took %ds: apt %.0fs, lab venv %.0fs, guest build %.0fs, '
+        'bytecode %.0fs, guest run %.0fs (logs: %s)' % (
+            time.time() - start, t_apt, t_venv, t_build, t_warm, t_guest,
+            out.relative_to(ROOT)))
+
+
+def run(tiers=('tier1', 'tier2')):
+    """Run the tiers; return a Tally (for tools/testsel.py)."""
+    tally = Tally()
+    for tier in tiers:
+        {'tier1': tier1, 'tier2': tier2}[tier](tally)
+    return tally
+
+
+def main(argv):
+    which = argv[1] if len(argv) > 1 else 'all'
+    if which not in ('tier1', 'tier2', 'all'):
+        say(__doc__)
+        return 2
+    tally = run(('tier1', 'tier2') if which == 'all' else (which,))
+    if tally.failures:
+        say('failures:')
+        for f in tally.failures:
+            say('   ' + f)
+    say('%d passed, %d failed' % (tally.passed, tally.failed))
+    return 1 if tally.failed else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv))
