@@ -48,13 +48,18 @@ CALLS = 10
 N_ARQS = 8
 
 
-def mdev_arqs(count):
+def mdev_arqs(count, named=False):
+    """MDEV ARQs of the PCI parent 0000:41:00.0, or if `named` of the
+    kernel's mtty sample device (parent_name, not a PCI device)."""
+    if named:
+        parent = {'parent_name': 'mtty'}
+    else:
+        parent = {'domain': '0000', 'bus': '41', 'device': '00',
+                  'function': '0'}
     return [{'uuid': uuidutils.generate_uuid(),
              'attach_handle_type': 'MDEV',
              'attach_handle_uuid': uuidutils.generate_uuid(),
-             'attach_handle_info': {'asked_type': 'mtty-1', 'domain': '0000',
-                                    'bus': '41', 'device': '00',
-                                    'function': '0'}}
+             'attach_handle_info': dict(parent, asked_type='mtty-1')}
             for _ in range(count)]
 
 
@@ -91,10 +96,12 @@ class Bench(test_driver.LibvirtConnTestCase):
             gc.enable()
         return times
 
-    def _libvirt_calls(self, count):
+    def _libvirt_calls(self, count, named=False):
         pci_info = fakelibvirt.HostPCIDevicesInfo(
             num_pci=0, num_pfs=0, num_vfs=0)
         pci_info.add_mtty_parent(bus=0x41)
+        if hasattr(pci_info, 'add_virtual_mtty_parent'):
+            pci_info.add_virtual_mtty_parent()
         conn = fakelibvirt.Connection('qemu:///system', pci_info=pci_info)
         calls = collections.Counter()
 
@@ -109,14 +116,14 @@ class Bench(test_driver.LibvirtConnTestCase):
         instance = objects.Instance(uuid=uuids.instance, system_metadata={})
         # a first spawn on the parent: its ownership is checked once per
         # process (one node device lookup), the host name read once per
-        # process
-        drvr._ensure_cyborg_mdevs(first, mdev_arqs(1))
+        # process (and the mdev-capable devices, for a parent_name)
+        drvr._ensure_cyborg_mdevs(first, mdev_arqs(1, named))
         calls.clear()
         with mock.patch.object(fakelibvirt.FakeMdev, 'setAutostart',
                                autospec=True,
                                side_effect=fakelibvirt.FakeMdev.setAutostart
                                ) as autostart:
-            drvr._ensure_cyborg_mdevs(instance, mdev_arqs(count))
+            drvr._ensure_cyborg_mdevs(instance, mdev_arqs(count, named))
         calls['setAutostart'] = autostart.call_count
         return dict(calls)
 
@@ -141,6 +148,10 @@ class Bench(test_driver.LibvirtConnTestCase):
             print('  %d MDEV ARQs: %s' % (count, ', '.join(
                 '%s=%d' % kv for kv in sorted(
                     self._libvirt_calls(count).items()))))
+        if hasattr(fakelibvirt, 'FakeMttyVirtualParent'):
+            print('  8 MDEV ARQs of a non-PCI parent (parent_name): %s' % (
+                ', '.join('%s=%d' % kv for kv in sorted(
+                    self._libvirt_calls(8, named=True).items()))))
 
 
 if __name__ == '__main__':
