@@ -292,6 +292,7 @@ def main():
                'still in the kernel')
         expect(not accelerators.created_mdevs(inst),
                'still recorded: %s' % inst.system_metadata)
+        wait(lambda: lab.state() == before, timeout=5)
         after = lab.state()
         expect(after == before, 'before %s, after %s' % (before, after))
         return 'domain gone, mdev gone; available_instances back to %d' % (
@@ -316,6 +317,8 @@ def bad_input(lab, handle):
             try:
                 drv._ensure_cyborg_mdevs(inst, [arq])
             finally:
+                # (libvirt's device list follows the kernel's with a lag)
+                wait(lambda: lab.state() == before, timeout=5)
                 after = lab.state()
                 expect(after == before, 'left behind: before %s, after %s'
                        % (before, after))
@@ -346,6 +349,7 @@ def bad_input(lab, handle):
                               power_on=False, pause=True)
         finally:
             drv.cleanup(lab.ctxt, inst, [], destroy_disks=False)
+            wait(lambda: lab.state() == before, timeout=5)
             after = lab.state()
             expect(after == before, 'left behind: before %s, after %s' % (
                 before, after))
