@@ -205,6 +205,12 @@ def tier2(tally):
     say('== lab tier2: Cyborg and Nova on a real kernel mdev (mtty) with '
         'real libvirt, in a TCG guest')
     start = time.time()
+    for venv in ('nova', 'cyborg'):
+        if not (VENVS / venv / 'bin' / 'python').exists():
+            tally.add(False, 'tier2: the %s venv exists (run python3 '
+                      'tools/series materialize %s && python3 tools/series '
+                      'venv %s)' % (venv, venv, venv))
+            return
     try:
         t_apt = apt_install(TIER2_PACKAGES)
         kver = kernel_version()
@@ -215,7 +221,7 @@ def tier2(tally):
         subprocess.run(['bash', str(HERE / 'build-guest.sh'),
                         str(LAB / 'guest')], check=True)
         t_build = time.time() - t
-    except (RuntimeError, subprocess.CalledProcessError) as e:
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
         tally.add(False, 'tier2: lab set up (%s)' % str(e).splitlines()[0])
         say('   FAIL tier2: lab set up: %s' % e)
         return
