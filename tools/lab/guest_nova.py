@@ -381,6 +381,45 @@ def bad_input(lab, handle):
           'a clear error, that mdev kept', taken,
           raises=(exception.InvalidAcceleratorRequest,
                   ['attach_handle_uuid', 'mtty-1']))
+
+    # The same, when libvirt lists that mdev only after Nova listed the
+    # host's mdevs (libvirt's list follows udev's events: they are held back
+    # until Nova calls Host.device_create, as when the mdev is made at that
+    # moment): Nova's create fails, and its rollback must not remove an mdev
+    # it did not make.
+    inst22 = make_instance(22)
+    arq22 = make_arq(handle, inst22)
+
+    def unlisted():
+        inst, arq = inst22, arq22
+        other = arq['attach_handle_uuid']
+        real_create = drv._host.device_create
+
+        def udev_catches_up(conf):
+            sh('udevadm', 'control', '--start-exec-queue')
+            wait(lambda: lab.mdev(other))
+            return real_create(conf)
+        sh('udevadm', 'control', '--stop-exec-queue')
+        drv._host.device_create = udev_catches_up
+        try:
+            with open(PARENT_SYSFS + '/mdev_supported_types/mtty-1/create',
+                      'w') as f:
+                f.write(other)
+            drv._ensure_cyborg_mdevs(inst, [arq])
+        finally:
+            del drv._host.device_create
+            kept = other in lab.kernel_mdevs()
+            sh('udevadm', 'control', '--start-exec-queue')
+            if kept:
+                with open('/sys/bus/mdev/devices/%s/remove' % other,
+                          'w') as f:
+                    f.write('1')
+            expect(kept, 'Nova removed the mtty-1 mdev it did not make')
+            expect(not accelerators.created_mdevs(inst),
+                   'recorded: %s' % inst.system_metadata)
+    check('nova: bad input, the uuid of an mdev libvirt lists only after '
+          "Nova's listing: a clear error, that mdev kept", unlisted,
+          raises=(exception.NovaException, [arq22['attach_handle_uuid']]))
     print('after: %s' % lab.state(), flush=True)
 
 
