@@ -275,9 +275,10 @@ def tier2(tally):
         rc = exits.get(script)
         ok = rc == 0 or (rc is not None and fails[script])
         tally.add(ok, 'tier2: %s ran to its end' % script)
+        say('   %s tier2: %s ran to its end (exit %s)' % (
+            'PASS' if ok else 'FAIL', script, rc))
         if not ok:
-            say('   FAIL tier2: %s ran to its end (exit %s); its log:' % (
-                script, rc))
+            say('   its log:')
             log = out / ('%s.log' % script.split('_')[1][:-3])
             if log.exists():
                 say(''.join('      ' + x for x in
