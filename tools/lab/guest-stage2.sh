@@ -11,7 +11,8 @@ WATCHDOG=$(sed -n 's/.*lab\.watchdog=\([0-9]*\).*/\1/p' /proc/cmdline)
 mkdir -p /out /run
 mount -t 9p -o trans=virtio,version=9p2000.L out /out
 mount -t tmpfs tmpfs /run
-mount -t tmpfs tmpfs /tmp
+# (no tmpfs over /tmp: the workspace may live there, as a CI clone does;
+# the root is an overlay whose writes go to memory anyway)
 mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts
 # libvirt hands JSON to mdevctl through /dev/stdin
 ln -sf /proc/self/fd /dev/fd; ln -sf /proc/self/fd/0 /dev/stdin
@@ -25,7 +26,7 @@ T "guest up, kernel $(uname -r), mdev parents: $(ls /sys/class/mdev_bus)"
 
 # The checks overlap libvirtd's start (its qemu probe is slow under TCG):
 # Cyborg needs only sysfs; Nova imports meanwhile, then waits for both.
-cd /tmp
+mkdir -p /var/tmp/lab && cd /var/tmp/lab
 # the bytecode that run.py compiled on the host (the venvs hold none)
 export PYTHONPYCACHEPREFIX=$(cd "$LAB/../../build/lab/pycache" && pwd)
 export LAB_READY=/run/lab-ready
