@@ -16,8 +16,8 @@ It prints, in one run:
   host (fakelibvirt's mtty-like parent): the target is one listing plus one
   create, define and autostart per created mdev, and nothing else (the first
   spawn on a parent also reads it once, to check it is not Nova's too, and
-  the first spawn of the process reads the host name that the record of the
-  mdevs Nova made carries).
+  the first spawn of the process reads the host name that names the
+  host's record of Cyborg mdevs, written under a temporary state_path).
 
 No assertion: numbers are printed for a person (and the README) to read.
 """
@@ -34,6 +34,7 @@ from unittest import mock
 # the nova tree in the current directory, whatever the venv points at
 sys.path.insert(0, os.getcwd())
 
+import fixtures
 from oslo_utils.fixture import uuidsentinel as uuids
 from oslo_utils import uuidutils
 
@@ -64,6 +65,12 @@ def mdev_arqs(count, named=False):
 
 
 class Bench(test_driver.LibvirtConnTestCase):
+
+    def setUp(self):
+        super().setUp()
+        # the driver keeps the record of the Cyborg mdevs it made under
+        # [DEFAULT] state_path: a directory of this run's, never the tree
+        self.flags(state_path=self.useFixture(fixtures.TempDir()).path)
 
     def _guest_config_cost(self):
         drvr = libvirt_driver.LibvirtDriver(fake.FakeVirtAPI(), False)

@@ -54,6 +54,21 @@ class TestDemo(unittest.TestCase):
         self.assertEqual({'CUSTOM_MDEV_MTTY_2': 1},
                          self.steps()['3']['allocation'][rp['name']])
 
+    def test_cyborg_reports_the_shared_parent(self):
+        cy = self.record['cyborg']
+        inventories = {p['name']: p['inventories'] for p in cy['providers']}
+        # mtty-2: 11 available + the operator's mdev, which is not Cyborg's
+        self.assertEqual(
+            {'CUSTOM_MDEV_MTTY_2': {'total': 11, 'reserved': 0,
+                                    'max_unit': 11}},
+            inventories['compute1_mdev_0000:41:00.0_mtty-2'])
+        self.assertEqual(
+            {'VGPU': {'total': 4, 'reserved': 0, 'max_unit': 4}},
+            inventories['compute1_mdev_0000:41:00.0_mtty-1'])
+        # and the driver says the two types share the parent
+        self.assertEqual(1, len([w for w in cy['warnings']
+                                 if 'share its capacity' in w]))
+
     def test_hostdev_is_the_arqs_mdev_persistent_and_autostarted(self):
         step = self.steps()['3']
         uuid = step['arq']['attach_handle_uuid']
@@ -67,6 +82,10 @@ class TestDemo(unittest.TestCase):
             ('pci_0000_41_00_0', 'mtty-2', True, True, True),
             (dev['parent'], dev['type'], dev['active'], dev['persistent'],
              dev['autostart']))
+        # recorded by nova-compute as its own, for this server
+        self.assertEqual(
+            {'instance': step['server']['id'], 'parent': 'pci_0000_41_00_0',
+             'type': 'mtty-2', 'owned': True}, step['ledger'])
 
     def test_nova_vgpu_not_on_cyborg_provider(self):
         step = self.steps()['4']

@@ -4,6 +4,7 @@ Run by `make check` (counted in its closing line), or alone:
     python3 -m unittest discover -s tools -p 'test_*.py'
 """
 
+import configparser
 import importlib.machinery
 import importlib.util
 import os
@@ -11,6 +12,7 @@ import pathlib
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -134,6 +136,57 @@ class SeriesWorkspaceTest(unittest.TestCase):
         self.assertIn('no body', problems)
         self.assertIn('Change-Id', problems)
         self.assertIn("H201: no 'except:'", problems)
+
+
+class ProjectsTest(unittest.TestCase):
+    """check covers every base; nova34 gets its own, narrow regression sets."""
+
+    def test_check_covers_every_project_of_bases_ini(self):
+        cfg = configparser.ConfigParser()
+        cfg.read(series.TOP / 'bases.ini')
+        self.assertEqual(sorted(cfg.sections()), sorted(series.PROJECTS))
+
+    def test_nova34_selection_is_its_regression_sets_and_changed_modules(self):
+        sys.path.insert(0, str(HERE))
+        self.addCleanup(sys.path.remove, str(HERE))
+        import testsel
+        top = pathlib.Path(tempfile.mkdtemp(prefix='series-test-'))
+        self.addCleanup(shutil.rmtree, top, ignore_errors=True)
+        shutil.copy(series.TOP / 'bases.ini', top)
+        project = series.Project('nova34', top=top)
+        tree = project.tree
+        files = ['nova/virt/libvirt/driver.py', 'nova/scheduler/utils.py',
+                 'nova/tests/unit/virt/libvirt/test_driver.py']
+        for f in files:
+            (tree / f).parent.mkdir(parents=True, exist_ok=True)
+            (tree / f).write_text('')
+        git = ['git', '-C', str(tree)]
+        env = dict(os.environ, **series.GIT_IDENTITY)
+        subprocess.run(git + ['init', '-q'], check=True)
+        subprocess.run(git + ['add', '-A'], check=True)
+        subprocess.run(git + ['commit', '-q', '-m', 'base'], check=True,
+                       env=env)
+        subprocess.run(git + ['tag', 'base'], check=True)
+        new_test = tree / 'nova/tests/functional/libvirt/test_cyborg_mdev.py'
+        new_test.parent.mkdir(parents=True)
+        new_test.write_text('')
+        (tree / 'nova/scheduler/utils.py').write_text('# no unit module\n')
+        subprocess.run(git + ['add', '-A'], check=True)
+        commit(tree, good_message(), path='nova/virt/libvirt/driver.py')
+
+        sel = testsel.nova_selection(project)
+
+        self.assertEqual(
+            testsel.NOVA34_REGRESSION['unit'] +
+            [r'^nova\.tests\.unit\.virt\.libvirt\.test_driver\.'],
+            sel['unit'])
+        self.assertEqual(
+            testsel.NOVA34_REGRESSION['functional'] +
+            [r'^nova\.tests\.functional\.libvirt\.test_cyborg_mdev\.'],
+            sel['functional'])
+        # nova's (the 33 series') broad sets are not nova34's
+        self.assertNotIn(r'^nova\.tests\.unit\.virt\.libvirt\.',
+                         sel['unit'])
 
 
 if __name__ == '__main__':

@@ -4,10 +4,10 @@ Run with the Cyborg venv's python from build/cyborg; writes one JSON record
 to the path given as its argument. Everything here is Cyborg's own code:
 the sysfs tree is made by Cyborg's MdevSysfsFixture, the driver is loaded
 through its ``cyborg.accelerator.driver`` entry point, and the conductor's
-report_data() writes the SQLite DB of Cyborg's DbTestCase and the in-memory
-Placement of Cyborg's PlacementFixture. The requests the conductor sends to
-that Placement are recorded so that the Nova step can send the very same
-ones to the real Placement.
+report_data() writes the SQLite DB (foreign keys enforced) of Cyborg's
+DbTestCase and the real Placement that Cyborg's PlacementFixture runs
+in-process. The requests the conductor sends to that Placement are recorded
+so that the Nova step can send the very same ones to Nova's Placement.
 """
 
 import json
@@ -49,6 +49,7 @@ except ImportError as e:  # the Cyborg series is not (fully) there
 # what Cyborg's test runs register when their modules are imported
 from keystonemiddleware import auth_token  # noqa: E402,F401
 
+from cyborg.common import utils  # noqa: E402
 from cyborg.conductor import manager  # noqa: E402
 from cyborg.objects.attach_handle import AttachHandle  # noqa: E402
 from cyborg.objects.deployable import Deployable  # noqa: E402
@@ -76,7 +77,8 @@ def as_data(obj):
     data = obj.as_dict()
     for key, value in data.items():
         if isinstance(value, list):
-            data[key] = [as_data(item) for item in value]
+            data[key] = [item if isinstance(item, str) else as_data(item)
+                         for item in value]
     return data
 
 
@@ -99,25 +101,34 @@ def sysfs_listing(root):
 
 
 class Recorder:
-    """Wraps the in-memory Placement: every request and its status."""
+    """Wraps the SDK adapter PlacementClient sends its requests through:
+    every request and the real Placement's status."""
 
-    def __init__(self, placement):
+    def __init__(self, adapter):
+        self.adapter = adapter
         self.requests = []
-        for method in ('get', 'post', 'put', 'delete'):
-            setattr(placement, method, self._wrap(
-                method, getattr(placement, method)))
 
-    def _wrap(self, method, real):
-        def call(url, json=None, microversion=None, **kw):
-            if method in ('post', 'put'):
-                resp = real(url, json=json, microversion=microversion, **kw)
-            else:
-                resp = real(url, microversion=microversion, **kw)
-            self.requests.append({
-                'method': method.upper(), 'url': url, 'body': json,
-                'version': microversion, 'status': resp.status_code})
-            return resp
-        return call
+    def _call(self, method, url, json=None, microversion=None, **kw):
+        if method in ('post', 'put') and json is not None:
+            kw['json'] = json
+        resp = getattr(self.adapter, method)(
+            url, microversion=microversion, **kw)
+        self.requests.append({
+            'method': method.upper(), 'url': url, 'body': json,
+            'version': microversion, 'status': resp.status_code})
+        return resp
+
+    def get(self, url, **kw):
+        return self._call('get', url, **kw)
+
+    def post(self, url, **kw):
+        return self._call('post', url, **kw)
+
+    def put(self, url, **kw):
+        return self._call('put', url, **kw)
+
+    def delete(self, url, **kw):
+        return self._call('delete', url, **kw)
 
 
 class CyborgStory(base.DbTestCase):
@@ -141,6 +152,9 @@ class CyborgStory(base.DbTestCase):
 
         self.flags(device_spec=story.device_spec_values(), group='mdev')
         RECORD['device_spec'] = story.device_spec_values()
+        # Nova's compute node provider, as nova-compute made it
+        placement = self.useFixture(PlacementFixture(
+            compute_nodes=[story.HOST]))
         try:
             manager_ = stevedore_driver.DriverManager(
                 namespace='cyborg.accelerator.driver', name='mdev_driver',
@@ -158,19 +172,26 @@ class CyborgStory(base.DbTestCase):
         devices = driver.discover()
         RECORD['discovered'] = [as_data(d) for d in devices]
 
-        placement = self.useFixture(
-            PlacementFixture(compute_nodes=[story.HOST])).placement
         RECORD['root_uuid'] = placement.provider_by_name(story.HOST)['uuid']
-        recorder = Recorder(placement)
+        real_adapter = utils.get_sdk_adapter
+        recorders = []
+
+        def recording_adapter(*args, **kw):
+            recorders.append(Recorder(real_adapter(*args, **kw)))
+            return recorders[-1]
+        self.useFixture(fixtures.MonkeyPatch(
+            'cyborg.common.utils.get_sdk_adapter', recording_adapter))
         conductor = manager.ConductorManager('conductor', story.HOST)
         conductor.report_data(self.context, story.HOST, devices)
-        RECORD['placement_requests'] = recorder.requests
+        RECORD['placement_requests'] = recorders[0].requests
+        rps = placement.api.get('/resource_providers').json()[
+            'resource_providers']
         RECORD['providers'] = [{
             'name': rp['name'], 'uuid': rp['uuid'],
             'parent_uuid': rp['parent_provider_uuid'],
-            'inventories': placement.inventories[rp['uuid']],
-            'traits': sorted(placement.rp_traits[rp['uuid']]),
-        } for rp in placement.providers.values()]
+            'inventories': placement.inventories(rp['uuid']),
+            'traits': sorted(placement.traits(rp['uuid'])),
+        } for rp in rps]
 
         handles = []
         for device in Device.get_list_by_hostname(self.context, story.HOST):
@@ -186,6 +207,9 @@ class CyborgStory(base.DbTestCase):
                         'in_use': ah.in_use})
         RECORD['attach_handles'] = handles
         RECORD['log'] = log.output
+        RECORD['warnings'] = [
+            line[len('WARNING '):] for line in log.output.splitlines()
+            if line.startswith('WARNING cyborg.')]
         self.check_story(driver)
 
     def check_story(self, driver):
@@ -205,21 +229,34 @@ class CyborgStory(base.DbTestCase):
             info = sysfs[spec['mdev_type']]
             total = info['available_instances'] + len(info['devices'])
             total = min(total, spec.get('max_instances', total))
+            # the mdevs there (the operator's) are not Cyborg's to hand out
+            total -= len(info['devices'])
             rc = spec.get('resource_class',
                           'CUSTOM_MDEV_' + spec['mdev_type'].upper().replace(
                               '-', '_'))
             want['%s_mdev_%s_%s' % (story.HOST, spec['address'],
                                     spec['mdev_type'])] = (
-                {rc: {'total': total, 'max_unit': total}},
+                {rc: {'total': total, 'reserved': 0, 'max_unit': total}},
                 sorted(['OWNER_CYBORG'] + spec.get('traits', [])))
         got = {p['name']: (p['inventories'], p['traits'])
                for p in RECORD['providers'] if p['parent_uuid']}
         check('conductor: one child provider of %s per pair, total = '
-              'available + created (capped by max_instances), '
-              'OWNER_CYBORG + configured traits' % story.HOST,
+              'available + created (capped by max_instances) - the mdevs '
+              'Cyborg did not hand out, OWNER_CYBORG + configured traits'
+              % story.HOST,
               got == want and all(
                   p['parent_uuid'] == RECORD['root_uuid']
                   for p in RECORD['providers'] if p['parent_uuid']), got)
+        operators = {u for i in sysfs.values() for u in i['devices']}
+        check('the operator\'s mdev is no attach handle',
+              operators and not operators & {
+                  h['uuid'] for h in RECORD['attach_handles']},
+              operators)
+        shared = [w for w in RECORD['warnings'] if 'share its capacity' in w]
+        check('the driver warns that mtty-1 and mtty-2 share the capacity '
+              'of %s' % story.CYBORG_PARENT,
+              len(shared) == 1 and 'mtty-2' in shared[0] and
+              story.CYBORG_PARENT in shared[0], RECORD['warnings'])
         per_rp = {}
         for h in RECORD['attach_handles']:
             per_rp.setdefault(h['deployable'], []).append(h)

@@ -375,6 +375,18 @@ class NovaStory(base.ServersTestBase):
                   mine[0]['persistent'], mine[0]['autostart']) == (
                   story.pci_nodedev_name(story.CYBORG_PARENT), 'mtty-2',
                   True, True, True), mine)
+        ledger = getattr(self.compute.driver, '_cyborg_mdev_ledger', None)
+        if ledger is None:
+            raise Missing('the libvirt driver keeps no record of its Cyborg '
+                          'mdevs: the Nova series is not applied')
+        entry = ledger().get(arq['attach_handle_uuid'])
+        step['ledger'] = entry and {
+            'instance': entry.instance, 'parent': entry.parent,
+            'type': entry.type, 'owned': entry.owned}
+        check(3, 'nova-compute recorded the mdev as its own, for this '
+              'server, in its host\'s record', entry is not None and (
+                  entry.instance, entry.owned) == (server['id'], True),
+              step['ledger'])
         avail = self.parent_available()
         step['libvirt_parents'] = avail
         before = story.available_instances(story.CYBORG_PARENT, 'mtty-2')
@@ -484,6 +496,9 @@ class NovaStory(base.ServersTestBase):
                   if u not in pre), left)
         check(5, 'delete: attach handle released',
               step['delete']['handles_in_use'] == {})
+        left = self.compute.driver._cyborg_mdev_ledger().entries()
+        check(5, 'delete: nothing left in the record of Cyborg mdevs',
+              left == {}, left)
         step['tree'] = self.provider_tree()
         step['log'] = self.log.lines
 

@@ -6,8 +6,8 @@ Materializes both series and makes their venvs (reused when they are
 already there), then runs the story with the real patched code:
 
   1. Cyborg: the generic mdev driver, loaded through its entry point,
-     discovers a fake sysfs mdev tree; Cyborg's conductor reports it to an
-     in-memory Placement (cyborg venv, tools/demo/cyborg_step.py).
+     discovers a fake sysfs mdev tree; Cyborg's conductor reports it to the
+     real Placement, in-process (cyborg venv, tools/demo/cyborg_step.py).
   2-5. Nova: the conductor's Placement requests are sent to the real
      Placement; servers boot through the API onto a libvirt driver on
      fakelibvirt (nova venv, tools/demo/nova_step.py, Nova's functional
@@ -228,12 +228,22 @@ def render(cy, nova, checks, verbose):
                 say('  deployable %s: %s x%d, traits %s, %d attach handles'
                     % (dep['name'], attrs['rc'], dep['num_accelerators'],
                        ', '.join(traits), len(dep['attach_handle_list'])))
+        for warning in cy.get('warnings', []):
+            say('WARNING %s' % warning)
         reqs = cy.get('placement_requests', [])
         writes = [r for r in reqs if r['method'] != 'GET']
         say('conductor report_data(): %d Placement requests, %d writes:'
             % (len(reqs), len(writes)))
         for r in writes:
             say('  %s %s' % (r['method'], r['url']))
+        say('what Cyborg reported for the two types of %s, in Placement:'
+            % story.CYBORG_PARENT)
+        for p in sorted(cy.get('providers', []), key=lambda p: p['name']):
+            for rc, inv in sorted(p['inventories'].items()):
+                say('  %s: %s total %d, reserved %d; %d attach handles' % (
+                    p['name'], rc, inv['total'], inv['reserved'],
+                    len([h for h in cy.get('attach_handles', [])
+                         if h['rp_uuid'] == p['uuid']])))
     results(1)
 
     if 2 in steps or 2 in by_step or '2' in steps:

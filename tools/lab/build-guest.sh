@@ -50,8 +50,11 @@ rm -rf ir && mkdir -p ir/bin ir/proc ir/sys ir/dev ir/lib/modules \
     ir/hostro ir/ovl ir/newroot
 cp /bin/busybox ir/bin/
 cp "$HERE/guest-init" ir/init && chmod +x ir/init
+# (virtio_blk, ext4, virtio_net and virtio_console: tier 3's state disk,
+# network and guest agent)
 modprobe -d k -S "$KVER" --show-depends -a virtio_pci 9pnet_virtio 9p \
-    overlay vfio_iommu_type1 mtty | awk '$1 == "insmod" {print $2}' |
+    overlay vfio_iommu_type1 mtty virtio_blk ext4 virtio_net virtio_console |
+    awk '$1 == "insmod" {print $2}' |
     awk '!seen[$0]++' | while read -r m; do
     case $m in
         *.xz) xz -dc "$m" > ir/lib/modules/"$(basename "${m%.xz}")" ;;

@@ -4,7 +4,9 @@ Runs in the lab guest with the cyborg venv's python. The kernel's mtty
 sample driver gives /sys/class/mdev_bus/mtty (a virtual parent, not a PCI
 device). With [mdev] device_spec naming it and its type mtty-2, the
 driver's own discover() must report one deployable whose inventory is the
-parent's available plus created mdevs, with one MDEV attach handle each.
+parent's available plus created mdevs, with one MDEV attach handle each,
+and list the created mdev by its UUID (which the conductor compares with
+its attach handles' to count mdevs it did not hand out as used).
 The attach handles are written to OUT/cyborg-handles.json for the Nova
 checks (guest_nova.py).
 """
@@ -65,6 +67,14 @@ def main():
         return '%s: %d = %d available + %d created, rc %s' % (
             deployable.name, n, available, created, rc)
     check('cyborg: inventory is available + created mdevs', inventory)
+
+    def listed():
+        expect(deployable, 'no deployable')
+        expect(deployable.mdev_uuids == [made],
+               'mdev_uuids %s, not [%s]' % (deployable.mdev_uuids, made))
+        return 'mdev_uuids %s' % deployable.mdev_uuids
+    check('cyborg: the mdev made before is listed by its UUID (the '
+          'conductor counts it as used: it is no attach handle\'s)', listed)
 
     def handles():
         expect(deployable, 'no deployable')

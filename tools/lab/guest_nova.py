@@ -9,13 +9,19 @@ Cyborg's API returns it, and handed to the driver's own methods:
 _ensure_cyborg_mdevs() (persistent mdev), _get_guest_xml() ->
 _get_guest_config() -> _guest_add_accelerators() (the hostdev), the
 driver's _create_guest() (a type='qemu' domain, started paused), destroy()
-(the delete path, _remove_cyborg_mdevs()). Then bad input: each must be a
-clear Nova error and leave nothing behind.
+(the delete path, _release_cyborg_mdevs()). Then the two ownership paths
+the fakes can only imitate: an attach handle freed by one instance and
+bound to the next (the first one's cleanup must keep the second one's
+mdev), and the resume path after a libvirtd restart with the mdev and its
+mdevctl definition gone. Then bad input: each must be a clear Nova error
+and leave nothing behind.
 """
 
 import json
 import os
 import pathlib
+import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -35,6 +41,8 @@ PARENT_SYSFS = '/sys/class/mdev_bus/mtty'
 LIBVIRT_PARENT = 'mtty_mtty'
 TYPE = 'mtty-2'
 INSTANCES = '/run/lab-instances'
+# nova-compute's state_path: the record of the host's Cyborg mdevs
+STATE = '/run/lab-state'
 
 from nova import monkey_patch  # noqa: E402
 monkey_patch.patch()
@@ -64,11 +72,17 @@ def setup():
     CONF.set_override('connection_uri', URI, 'libvirt')
     CONF.set_override('images_type', 'raw', 'libvirt')
     CONF.set_override('instances_path', INSTANCES)
+    CONF.set_override('state_path', STATE)
     CONF.set_override('host', 'lab')
     objects.register_all()
     os.makedirs(INSTANCES, exist_ok=True)
     drv = libvirt_driver.LibvirtDriver(fake_virt.FakeVirtAPI(), False)
+    # as init_host does when nova-compute starts: libvirt's event loop (it
+    # tells Host at once when libvirtd goes away), and the record of the
+    # host's Cyborg mdevs
+    drv._host.initialize()
     libvirt.registerErrorHandler(lambda *a: None, None)
+    drv._cyborg_mdev_ledger()
     return drv
 
 
@@ -145,6 +159,11 @@ class Lab:
     def domains(self):
         return sorted(d.name() for d in self.conn.listAllDomains(0))
 
+    def ledger(self, inst=None):
+        """{mdev uuid: entry} of the driver's record (of one instance)."""
+        ledger = self.drv._cyborg_mdev_ledger()
+        return ledger.of_instance(inst.uuid) if inst else ledger.entries()
+
     def state(self):
         return {'libvirt mdevs': self.mdev_names(),
                 'mdevctl --defined': self.defined(),
@@ -203,8 +222,7 @@ def main():
           'virtual parent', partition)
 
     def ensure():
-        created = drv._ensure_cyborg_mdevs(inst, [arq])
-        expect(created == [mdev_uuid], 'created %s' % created)
+        drv._ensure_cyborg_mdevs(inst, [arq])
         dev = wait(lambda: lab.mdev(mdev_uuid))
         expect(dev, 'libvirt has no mdev %s: %s' % (
             mdev_uuid, lab.mdev_names()))
@@ -217,8 +235,9 @@ def main():
         expect(mdev_uuid in lab.defined(),
                'mdevctl list --defined: %s' % lab.defined())
         expect(mdev_uuid in lab.kernel_mdevs(), 'not in the kernel')
-        expect(inst.system_metadata.get('cyborg_mdev_' + mdev_uuid),
-               'not recorded in system_metadata')
+        entry = lab.ledger(inst).get(mdev_uuid)
+        expect(entry and entry.owned and entry.parent == LIBVIRT_PARENT,
+               'recorded as %s' % (entry,))
         avail = lab.available()
         expect(avail == before['available'] - 1,
                'available_instances %d, was %d' % (
@@ -266,10 +285,7 @@ def main():
         inst2 = make_instance(2)
         arq2 = dict(arq, uuid=str(uuid.uuid4()), instance_uuid=inst2.uuid)
         try:
-            expect(drv._ensure_cyborg_mdevs(inst2, [arq2]) == [],
-                   'a second mdev was made')
-            drv._create_guest(lab.ctxt, lab.guest_xml(inst2, [arq2]),
-                              inst2, power_on=False, pause=True)
+            drv._ensure_cyborg_mdevs(inst2, [arq2])
         finally:
             # what Nova does when a spawn fails: clean the guest up
             drv.cleanup(lab.ctxt, inst2, [], destroy_disks=False)
@@ -280,7 +296,8 @@ def main():
                    'domains after cleanup: %s' % lab.domains())
     check('nova: a second guest on the same mdev is refused (and its '
           "cleanup keeps the first guest's mdev)", second,
-          raises=(libvirt.libvirtError, ['in use']))
+          raises=(exception.ComputeResourcesUnavailable,
+                  ['in use by the running guest']))
 
     def delete():
         expect(started, 'the guest did not start')
@@ -290,8 +307,7 @@ def main():
         expect(mdev_uuid not in lab.defined(), 'mdevctl still defines it')
         expect(wait(lambda: mdev_uuid not in lab.kernel_mdevs()),
                'still in the kernel')
-        expect(not accelerators.created_mdevs(inst),
-               'still recorded: %s' % inst.system_metadata)
+        expect(not lab.ledger(), 'still recorded: %s' % lab.ledger())
         wait(lambda: lab.state() == before, timeout=5)
         after = lab.state()
         expect(after == before, 'before %s, after %s' % (before, after))
@@ -300,8 +316,154 @@ def main():
     check('nova: destroy() (the delete path) removes the guest and the '
           'mdev, available_instances is back', delete)
 
+    handle_reused(lab, handles[0])
+    resumed(lab, handles[0])
     bad_input(lab, handles[0])
     return 0 if all(results) else 1
+
+
+def handle_reused(lab, handle):
+    """An attach handle freed by one instance goes to the next: the first
+    instance's cleanup, when it comes late (the reaper of an instance
+    deleted while its compute was down), keeps the second one's mdev."""
+    drv = lab.drv
+    first, second = make_instance(30), make_instance(31)
+    arq1 = make_arq(handle, first)
+    mdev_uuid = arq1['attach_handle_uuid']
+    # the same handle, bound to the second instance once Cyborg freed it
+    arq2 = dict(arq1, uuid=str(uuid.uuid4()), instance_uuid=second.uuid)
+
+    def run():
+        before = lab.state()
+        drv._ensure_cyborg_mdevs(first, [arq1])
+        guest = drv._create_guest(lab.ctxt, lab.guest_xml(first, [arq1]),
+                                  first, power_on=False, pause=True)
+        guest._domain.destroy()  # the first guest stops; still defined
+        drv._ensure_cyborg_mdevs(second, [arq2])
+        entry = lab.ledger().get(mdev_uuid)
+        expect(entry and entry.instance == second.uuid and entry.owned,
+               'not taken over: %s' % (entry,))
+        guest2 = drv._create_guest(lab.ctxt, lab.guest_xml(second, [arq2]),
+                                   second, power_on=False, pause=True)
+        # the first instance's cleanup
+        drv.destroy(lab.ctxt, first, [], destroy_disks=False)
+        expect(first.name not in lab.domains(), 'first guest still there')
+        expect(lab.mdev(mdev_uuid), 'libvirt lost the mdev')
+        expect(mdev_uuid in lab.defined(), 'mdevctl lost the mdev')
+        expect(mdev_uuid in lab.kernel_mdevs(), 'the kernel lost the mdev')
+        expect(guest2._domain.isActive(), 'the second guest stopped')
+        # and the second instance's own delete removes it
+        drv.destroy(lab.ctxt, second, [], destroy_disks=False)
+        expect(wait(lambda: lab.state() == before, timeout=5),
+               'before %s, after %s' % (before, lab.state()))
+        expect(not lab.ledger(), 'still recorded: %s' % lab.ledger())
+        return ("mdev %s kept for the second guest through the first "
+                "one's cleanup, removed with the second" % mdev_uuid)
+    check("nova: an attach handle freed by one instance and bound to the "
+          "next: the first one's cleanup keeps the second one's mdev", run)
+
+
+def say(msg):
+    print('  [%.0fs] %s' % (time.monotonic() - START, msg), flush=True)
+
+
+class deadline(object):
+    """Raise TimeoutError in the block after `seconds` (SIGALRM)."""
+
+    def __init__(self, seconds, what):
+        self.seconds, self.what = seconds, what
+
+    def _expired(self, *args):
+        raise TimeoutError('%s took more than %ds' % (self.what,
+                                                      self.seconds))
+
+    def __enter__(self):
+        signal.signal(signal.SIGALRM, self._expired)
+        signal.alarm(self.seconds)
+
+    def __exit__(self, *exc):
+        signal.alarm(0)
+
+
+def restart_libvirtd():
+    """Stop libvirtd and start it again, as guest-stage2.sh starts it."""
+    with open('/run/libvirtd.pid') as f:
+        pid = int(f.read().strip())
+    os.kill(pid, 15)
+    expect(wait(lambda: not os.path.exists('/proc/%d' % pid), timeout=30),
+           'libvirtd did not stop')
+    say('libvirtd %d stopped' % pid)
+    env = dict(os.environ, LIBVIRT_DRIVER_DIR='/run/lab-drivers',
+               LIBVIRT_LOG_OUTPUTS='3:file:/out/libvirtd.log')
+    subprocess.run(['/usr/sbin/libvirtd', '--daemon', '--pid-file',
+                    '/run/libvirtd.pid'], env=env, check=True, timeout=60)
+    say('libvirtd started again')
+    expect(wait(lambda: subprocess.run(
+        ['virsh', '-c', URI, 'version'], capture_output=True,
+        timeout=20).returncode == 0, timeout=60, step=1),
+        'libvirtd did not come back')
+    say('libvirtd answers')
+
+
+def resumed(lab, handle):
+    """The resume path (resume_guests_state_on_host_boot): after the host
+    lost the mdev and its mdevctl definition and libvirtd restarted, the
+    driver brings the guest back with its mdev."""
+    drv = lab.drv
+    inst = make_instance(40)
+    arq = make_arq(handle, inst)
+    mdev_uuid = arq['attach_handle_uuid']
+    # (the instance's block devices are in the database, which the lab
+    # does not have: the guest gets none)
+    drv._build_device_metadata = lambda *args: None
+
+    def run():
+        with deadline(100, 'the resume check'):
+            return steps()
+
+    def steps():
+        before = lab.state()
+        drv._ensure_cyborg_mdevs(inst, [arq])
+        guest = drv._create_guest(lab.ctxt, lab.guest_xml(inst, [arq]),
+                                  inst, power_on=False, pause=True)
+        guest._domain.destroy()
+        dev = lab.mdev(mdev_uuid)
+        dev.destroy()
+        dev.undefine(0)
+        expect(wait(lambda: lab.mdev(mdev_uuid) is None and
+                    mdev_uuid not in lab.kernel_mdevs()), 'mdev not gone')
+        expect(mdev_uuid not in lab.defined(), 'definition not gone')
+        start = time.monotonic()
+        restart_libvirtd()
+        lab.conn = drv._host.get_connection()  # (a new connection)
+        restarted = time.monotonic() - start
+        say('nova reconnected to libvirtd')
+
+        drv.resume_state_on_host_boot(lab.ctxt, inst, [],
+                                      objects.ShareMappingList(),
+                                      block_device_info=None,
+                                      accel_info=[arq])
+        say('resume_state_on_host_boot() returned')
+
+        dev = wait(lambda: lab.mdev(mdev_uuid))
+        expect(dev and dev.isActive() and dev.isPersistent(),
+               'mdev not back: %s' % lab.mdev_names())
+        expect(mdev_uuid in lab.defined(), 'mdevctl --defined: %s' % (
+            lab.defined(),))
+        expect(mdev_uuid in lab.kernel_mdevs(), 'not in the kernel')
+        dom = lab.conn.lookupByUUIDString(inst.uuid)
+        live = etree.fromstring(dom.XMLDesc(0))
+        uuids = [a.get('uuid') for a in live.findall(
+            "./devices/hostdev[@type='mdev']/source/address")]
+        expect(dom.isActive() and uuids == [mdev_uuid],
+               'domain active %s, hostdevs %s' % (dom.isActive(), uuids))
+        drv.destroy(lab.ctxt, inst, [], destroy_disks=False)
+        expect(wait(lambda: lab.state() == before, timeout=5),
+               'before %s, after %s' % (before, lab.state()))
+        return ('libvirtd restarted in %.0fs; the guest runs again with '
+                'mdev %s, persistent again' % (restarted, mdev_uuid))
+    check('nova: the resume path after a libvirtd restart, with the mdev '
+          'and its definition gone, brings the guest back with it', run)
 
 
 def bad_input(lab, handle):
@@ -322,8 +484,7 @@ def bad_input(lab, handle):
                 after = lab.state()
                 expect(after == before, 'left behind: before %s, after %s'
                        % (before, after))
-                expect(not accelerators.created_mdevs(inst),
-                       'recorded: %s' % inst.system_metadata)
+                expect(not lab.ledger(inst), 'recorded: %s' % lab.ledger())
         check('nova: bad input, %s: a clear error, nothing left behind'
               % name, run, raises=raises)
 
@@ -375,8 +536,7 @@ def bad_input(lab, handle):
             with open('/sys/bus/mdev/devices/%s/remove' % other, 'w') as f:
                 f.write('1')
             expect(kept, 'the mtty-1 mdev was removed')
-            expect(not accelerators.created_mdevs(inst),
-                   'recorded: %s' % inst.system_metadata)
+            expect(not lab.ledger(inst), 'recorded: %s' % lab.ledger())
     check('nova: bad input, the uuid of an existing mdev of another type: '
           'a clear error, that mdev kept', taken,
           raises=(exception.InvalidAcceleratorRequest,
@@ -415,8 +575,7 @@ def bad_input(lab, handle):
                           'w') as f:
                     f.write('1')
             expect(kept, 'Nova removed the mtty-1 mdev it did not make')
-            expect(not accelerators.created_mdevs(inst),
-                   'recorded: %s' % inst.system_metadata)
+            expect(not lab.ledger(inst), 'recorded: %s' % lab.ledger())
     check('nova: bad input, the uuid of an mdev libvirt lists only after '
           "Nova's listing: a clear error, that mdev kept", unlisted,
           raises=(exception.NovaException, [arq22['attach_handle_uuid']]))
@@ -424,4 +583,9 @@ def bad_input(lab, handle):
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # (libvirt's event loop thread, started by Host.initialize(), never
+    # ends: do not wait for it)
+    os._exit(code)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Real libvirt and a real kernel mdev: the lab tiers of the test command.
 
-    python3 tools/lab/run.py [tier1|tier2|all]
+    python3 tools/lab/run.py [tier1|tier2|tier3|all]
+    python3 tools/lab/run.py constraints   (re-make constraints/lab-cloud.txt)
 
 tier1  the domain and node-device XML that Nova's Cyborg mdev functional
        tests give (fake) libvirt, validated against libvirt's own RelaxNG
@@ -10,6 +11,12 @@ tier2  the patched Cyborg and Nova code on a real kernel mdev (the mtty
        sample driver) with real udev, mdevctl and libvirtd, in the
        distribution's kernel booted under qemu-system-x86_64 -accel tcg
        (build-guest.sh, guest-init, guest-stage2.sh, guest_*.py).
+tier3  both series deployed as a cloud (MariaDB, RabbitMQ, Keystone,
+       Glance, Placement, Neutron's API, Nova, Cyborg) whose compute host is
+       that guest (nova-compute, cyborg-agent), and an operator's day with
+       the openstack client (tier3.py, cloud.py, cloud-guest.sh,
+       cloud-probe.sh, qga.py, cloud/*.conf; build/venvs/lab-cloud from
+       constraints/lab-cloud.txt).
 
 Needs root and apt-get (Debian 12): it installs the distribution packages
 it lacks, makes build/venvs/lab (the nova venv + real libvirt-python) and
@@ -25,6 +32,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -43,6 +51,16 @@ TIER2_PACKAGES = [
 # The guest must finish within this (seconds); the host gives up a minute
 # later.
 WATCHDOG = 240
+# tier 3: the cloud's services and the client (Nova and Cyborg run from
+# their own venvs)
+TIER3_PACKAGES = ['mariadb-server', 'rabbitmq-server', 'socat',
+                  'qemu-guest-agent', 'qemu-utils', 'e2fsprogs']
+LAB_CLOUD_REQUIREMENTS = [
+    'keystone', 'glance', 'neutron', 'python-openstackclient',
+    'python-cyborgclient', 'osc-placement', 'uwsgi', 'PyMySQL']
+LAB_CLOUD_CONSTRAINTS = ROOT / 'constraints' / 'lab-cloud.txt'
+# the cloud and the day (set-up excluded) are stopped after this (seconds)
+TIER3_TIMEOUT = 1500
 
 
 class Tally:
@@ -298,20 +316,155 @@ def tier2(tally):
             out.relative_to(ROOT)))
 
 
-def run(tiers=('tier1', 'tier2')):
+def series_tool():
+    """tools/series as a module (its uv)."""
+    import importlib.machinery
+    import importlib.util
+    loader = importlib.machinery.SourceFileLoader(
+        'lab_series', str(ROOT / 'tools' / 'series'))
+    spec = importlib.util.spec_from_loader('lab_series', loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(ROOT / 'tools'))
+    loader.exec_module(module)
+    return module
+
+
+def nova_released():
+    import configparser
+    bases = configparser.ConfigParser()
+    bases.read(ROOT / 'bases.ini')
+    return bases['nova']['released']
+
+
+def make_lab_cloud_constraints():
+    """constraints/lab-cloud.txt: the cloud's services and client resolved
+    with uv at the date Nova's base was released (bases.ini), as tools/series
+    resolves the bases' own constraints."""
+    uv = series_tool().find_uv()
+    released = nova_released()
+    res = subprocess.run(
+        [str(uv), 'pip', 'compile', '--quiet', '--no-header',
+         '--no-annotate', '--python-version', '3.11', '--exclude-newer',
+         '%sT00:00:00Z' % released, '-'],
+        input='\n'.join(LAB_CLOUD_REQUIREMENTS) + '\n', text=True,
+        capture_output=True, check=True)
+    LAB_CLOUD_CONSTRAINTS.write_text(
+        '# Constraints for build/venvs/lab-cloud (the lab\'s tier 3), made '
+        'by\n# `python3 tools/lab/run.py constraints`: uv pip compile '
+        '--exclude-newer %s\n# (bases.ini\'s [nova] released, the 2026.1 '
+        'release Nova 33 belongs to;\n# Python 3.11) of: %s\n' % (
+            released, ' '.join(LAB_CLOUD_REQUIREMENTS)) + res.stdout)
+    say('wrote %s' % LAB_CLOUD_CONSTRAINTS.relative_to(ROOT))
+
+
+def lab_cloud_venv():
+    """build/venvs/lab-cloud: Keystone, Glance, Neutron, uWSGI and the
+    openstack client with its Cyborg and Placement plugins, from
+    constraints/lab-cloud.txt; reused while that file is unchanged."""
+    import hashlib
+    venv = VENVS / 'lab-cloud'
+    python = venv / 'bin' / 'python'
+    stamp = hashlib.sha256(LAB_CLOUD_CONSTRAINTS.read_bytes() + ' '.join(
+        LAB_CLOUD_REQUIREMENTS).encode()).hexdigest()
+    stamp_file = venv / '.lab-stamp'
+    if python.exists() and stamp_file.exists() and \
+            stamp_file.read_text() == stamp:
+        return 0.0
+    start = time.time()
+    uv = str(series_tool().find_uv())
+    say('   making build/venvs/lab-cloud (%s)' %
+        LAB_CLOUD_CONSTRAINTS.relative_to(ROOT))
+    subprocess.run([uv, 'venv', '--quiet', '--clear', '--python', '3.11',
+                    str(venv)], check=True)
+    subprocess.run([uv, 'pip', 'install', '--quiet', '--python', str(python),
+                    '-c', str(LAB_CLOUD_CONSTRAINTS)] +
+                   LAB_CLOUD_REQUIREMENTS, check=True)
+    stamp_file.write_text(stamp)
+    return time.time() - start
+
+
+def tier3(tally):
+    say('== lab tier3: both series as a cloud, an operator\'s day with the '
+        'openstack client, on a real mdev in a TCG guest')
+    start = time.time()
+    for venv in ('nova', 'cyborg'):
+        if not (VENVS / venv / 'bin' / 'python').exists():
+            tally.add(False, 'tier3: the %s venv exists (run python3 '
+                      'tools/series materialize %s && python3 tools/series '
+                      'venv %s)' % (venv, venv, venv))
+            return
+    try:
+        t_apt = apt_install(TIER2_PACKAGES + TIER3_PACKAGES)
+        kver = kernel_version()
+        t_apt += apt_install(['linux-source-' + kver.split('.0-')[0],
+                              'linux-headers-' + kver])
+        t_venv = lab_venv() + lab_cloud_venv()
+        t = time.time()
+        subprocess.run(['bash', str(HERE / 'build-guest.sh'),
+                        str(LAB / 'guest')], check=True)
+        t_build = time.time() - t
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
+        tally.add(False, 'tier3: lab set up (%s)' % str(e).splitlines()[0])
+        say('   FAIL tier3: lab set up: %s' % e)
+        return
+    say('   set up: apt %.0fs, venvs %.0fs, guest build %.0fs' % (
+        t_apt, t_venv, t_build))
+    t = time.time()
+    counted = Tally()
+    proc = subprocess.Popen(
+        [str(VENVS / 'lab-cloud' / 'bin' / 'python'),
+         str(HERE / 'tier3.py')], cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    # tier3.py stops the cloud on SIGTERM (its day fails "interrupted"):
+    # sent when the day takes too long, or on Ctrl-C (which it gets too)
+    watchdog = threading.Timer(TIER3_TIMEOUT, proc.terminate)
+    watchdog.start()
+    try:
+        for line in proc.stdout:
+            count(counted, line)
+        rc = proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        killer = threading.Timer(120, proc.kill)
+        killer.start()
+        for line in proc.stdout:        # what its teardown says
+            count(counted, line)
+        proc.wait()
+        killer.cancel()
+        raise
+    finally:
+        watchdog.cancel()
+    for name in counted.failures:
+        tally.add(False, 'tier3 ' + name)
+    tally.passed += counted.passed
+    if rc and not counted.failures:
+        tally.add(False, 'tier3: tier3.py exit %d' % rc)
+    say('   tier3 took %ds: apt %.0fs, venvs %.0fs, guest build %.0fs, the '
+        'cloud and the day %.0fs (logs: build/lab/cloud/log, '
+        'build/lab/cloud/guest; transcript: build/lab/cloud/transcript.txt)'
+        % (time.time() - start, t_apt, t_venv, t_build, time.time() - t))
+
+
+TIERS = {'tier1': tier1, 'tier2': tier2, 'tier3': tier3}
+
+
+def run(tiers=('tier1', 'tier2', 'tier3')):
     """Run the tiers; return a Tally (for tools/testsel.py)."""
     tally = Tally()
     for tier in tiers:
-        {'tier1': tier1, 'tier2': tier2}[tier](tally)
+        TIERS[tier](tally)
     return tally
 
 
 def main(argv):
     which = argv[1] if len(argv) > 1 else 'all'
-    if which not in ('tier1', 'tier2', 'all'):
+    if which == 'constraints':
+        make_lab_cloud_constraints()
+        return 0
+    if which not in ('tier1', 'tier2', 'tier3', 'all'):
         say(__doc__)
         return 2
-    tally = run(('tier1', 'tier2') if which == 'all' else (which,))
+    tally = run(tuple(TIERS) if which == 'all' else (which,))
     if tally.failures:
         say('failures:')
         for f in tally.failures:
