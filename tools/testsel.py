@@ -241,7 +241,8 @@ def run_tool_tests():
 
 
 def run_lab():
-    """tools/lab: libvirt's schemas (tier 1), a real kernel mdev (tier 2)."""
+    """tools/lab: libvirt's schemas (tier 1), a real kernel mdev (tier 2),
+    both series as a cloud on that mdev (tier 3)."""
     import importlib.util
     path = pathlib.Path(__file__).resolve().parent / 'lab' / 'run.py'
     spec = importlib.util.spec_from_file_location('lab_run', path)

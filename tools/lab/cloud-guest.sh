@@ -19,26 +19,39 @@ COMPUTE_VENV=$(arg compute_venv)   # build/venvs/lab: nova + libvirt-python
 CYBORG_VENV=$(arg cyborg_venv)     # build/venvs/cyborg
 T() { echo "[$(cut -d' ' -f1 /proc/uptime)s] $*" >> /out/boot.txt; }
 
-stop_pidfile() {  # SIGTERM, then wait up to $2 seconds
-    local pid
-    pid=$(cat "$1" 2>/dev/null) || return 0
-    kill "$pid" 2>/dev/null || return 0
-    for _ in $(seq $(( $2 * 10 ))); do
-        kill -0 "$pid" 2>/dev/null || return 0
-        sleep 0.1
+stop_pidfiles() {  # SIGTERM to each, then SIGKILL what runs after $1 s
+    local limit=$1 pids='' pid alive
+    shift
+    for f in "$@"; do
+        pid=$(cat "$f" 2>/dev/null) && kill "$pid" 2>/dev/null &&
+            pids+=" $pid"
     done
-    kill -9 "$pid" 2>/dev/null
+    local end=$(( SECONDS + limit ))
+    while [ "$SECONDS" -lt "$end" ]; do
+        alive=''
+        for pid in $pids; do
+            kill -0 "$pid" 2>/dev/null && alive=1
+        done
+        [ -z "$alive" ] && return 0
+        sleep 0.2
+    done
+    for pid in $pids; do
+        kill -9 "$pid" 2>/dev/null && T "killed $pid after ${limit}s"
+    done
+    return 0
 }
 
 if [ "$1" = down ]; then
     # reboot: as a host's shutdown stops its services; poweroff (the end
     # of the lab): at once
     if [ "$2" = reboot ]; then
+        # (at once, and for at most 10 s: a TCG guest's services take
+        # minutes to shut down gracefully, and what matters after the
+        # reboot is what a host's reboot leaves, not how they stopped)
         T "going down for a reboot: stopping nova-compute, cyborg-agent," \
             "libvirtd"
-        stop_pidfile /run/lab/nova-compute.pid 30
-        stop_pidfile /run/lab/cyborg-agent.pid 30
-        stop_pidfile /run/libvirtd.pid 30
+        stop_pidfiles 10 /run/lab/nova-compute.pid \
+            /run/lab/cyborg-agent.pid /run/libvirtd.pid
     fi
     sync
     T "down ($2)"

@@ -638,8 +638,9 @@ def make_db_template(say):
 def keystone_catalog():
     """The service project, users and catalog, as an operator makes them
     with the openstack client (one client process reads the commands)."""
-    cmds = ['project create --domain default service',
-            'role create service']
+    # (keystone-manage bootstrap makes the admin, member, reader and
+    # service roles)
+    cmds = ['project create --domain default service']
     for user in SERVICE_USERS:
         cmds += ['user create --domain default --password %s %s' % (
                      PASSWORD, user),
