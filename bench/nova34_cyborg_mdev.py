@@ -159,9 +159,10 @@ class Bench(test_driver.LibvirtConnTestCase):
         return time.perf_counter() - start
 
     def measure(self, case):
-        """{driver: [seconds per round]}: of _get_guest_config() alone
-        ('config'), or of spawn_devices() with the mdevs made ('new') or
-        existing ('existing').
+        """{driver: [seconds per round]} of one case.
+
+        'config': _get_guest_config() alone; 'new': spawn_devices(), the
+        mdevs made; 'existing': spawn_devices(), the mdevs existing.
         """
         arqs = mdev_arqs(N_ARQS)
         times = {name: [] for name in self.drivers}

@@ -425,9 +425,9 @@ class NovaStory(base.ServersTestBase):
                   n in cyborg_rps for n in step['raw_vgpu_candidates']),
               alloc)
         query = urllib.parse.parse_qs(step['query']['query'])
-        check(4, 'Nova\'s request requires OWNER_NOVA, forbids '
-              'OWNER_CYBORG', query.get('required') == [
-                  'OWNER_NOVA,!OWNER_CYBORG'] and 'OWNER_NOVA' in
+        check(4, 'Nova\'s request forbids OWNER_CYBORG, its compute node '
+              'requires OWNER_NOVA', query.get('required') == [
+                  '!OWNER_CYBORG'] and 'OWNER_NOVA' in
               query.get('root_required', [''])[0].split(','), query)
         xml = self.domain_xml(server)
         step['hostdevs'] = self.hostdevs(xml)
