@@ -40,7 +40,7 @@ for n in $nodes; do
 done
 virsh -q "$cmds" 2>&1
 
-echo "== qemu"
+echo "== qemu =="
 for p in /proc/[0-9]*; do
     read -r comm < "$p/comm" 2>/dev/null || continue
     [[ $comm == qemu-system-* ]] || continue
@@ -49,18 +49,19 @@ for p in /proc/[0-9]*; do
     echo "${p#/proc/} ${stat[13]} ${stat[14]} ${argv[*]}"
 done
 
-echo "== sysfs"
+echo "== sysfs =="
 set -- /sys/bus/mdev/devices/*
 [ -e "$1" ] && for m in "$@"; do echo "$m/ $m/mdev_type"; done |
     xargs readlink -f
 
-echo "== available"
+echo "== available =="
 for t in "$PARENT"/mdev_supported_types/*; do
     read -r n < "$t/available_instances" 2>/dev/null || continue
     echo "${t##*/} $n"
 done
 
-echo "== mdevctl"
+echo "== mdevctl =="
 mdevctl list --defined 2>/dev/null
 
-echo "== took $(( (${EPOCHREALTIME/./} - start) / 1000 ))"
+echo "== took =="
+echo $(( (${EPOCHREALTIME/./} - start) / 1000 ))

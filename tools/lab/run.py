@@ -464,7 +464,11 @@ def main(argv):
     if which not in ('tier1', 'tier2', 'tier3', 'all'):
         say(__doc__)
         return 2
-    tally = run(tuple(TIERS) if which == 'all' else (which,))
+    try:
+        tally = run(tuple(TIERS) if which == 'all' else (which,))
+    except KeyboardInterrupt:
+        say('interrupted (what the tier started is stopped)')
+        return 130
     if tally.failures:
         say('failures:')
         for f in tally.failures:
