@@ -45,13 +45,14 @@ if [ "$1" = down ]; then
     # reboot: as a host's shutdown stops its services; poweroff (the end
     # of the lab): at once
     if [ "$2" = reboot ]; then
-        # (at once, and for at most 10 s: a TCG guest's services take
-        # minutes to shut down gracefully, and what matters after the
-        # reboot is what a host's reboot leaves, not how they stopped)
+        # (in systemd's order: nova-compute, which runs after libvirtd,
+        # stops before it; each for at most 10 s, as a TCG guest's
+        # services take minutes to shut down gracefully and what matters
+        # after the reboot is what a host's reboot leaves)
         T "going down for a reboot: stopping nova-compute, cyborg-agent," \
-            "libvirtd"
-        stop_pidfiles 10 /run/lab/nova-compute.pid \
-            /run/lab/cyborg-agent.pid /run/libvirtd.pid
+            "then libvirtd"
+        stop_pidfiles 10 /run/lab/nova-compute.pid /run/lab/cyborg-agent.pid
+        stop_pidfiles 10 /run/libvirtd.pid
     fi
     sync
     T "down ($2)"
