@@ -560,6 +560,9 @@ def make_db_template(say):
         lab = LABCLOUD / 'bin'
         nova = NOVA_VENV / 'bin'
         transport = config_vars()['transport_url']
+        cell0_conf = ETC / 'nova' / 'nova-cell0-db.conf'
+        cell0_conf.write_text('[database]\nconnection = %s\n' %
+                              db_url('nova_cell0'))
         chains = {
             'keystone': [
                 ([lab / 'keystone-manage', '--config-file', keystone_conf,
@@ -586,7 +589,11 @@ def make_db_template(say):
             'placement': [
                 ([nova / 'placement-manage', '--config-dir',
                   ETC / 'placement', 'db', 'sync'], env_nova)],
-            'nova': [
+            # (Nova's three databases at once: the API database and its
+            # cell mappings, cell0's and cell1's schemas, each synced
+            # alone with --local_cell, cell0's through a second
+            # configuration file naming its database)
+            'nova_api': [
                 ([nova / 'nova-manage', '--config-file', nova_conf,
                   'api_db', 'sync'], env_nova),
                 ([nova / 'nova-manage', '--config-file', nova_conf,
@@ -594,11 +601,16 @@ def make_db_template(say):
                   db_url('nova_cell0')],
                  env_nova),
                 ([nova / 'nova-manage', '--config-file', nova_conf,
-                  'db', 'sync'], env_nova),
-                ([nova / 'nova-manage', '--config-file', nova_conf,
                   'cell_v2', 'create_cell', '--name', 'cell1',
                   '--database_connection', db_url('nova'),
                   '--transport-url', transport], env_nova)],
+            'nova_cell0': [
+                ([nova / 'nova-manage', '--config-file', nova_conf,
+                  '--config-file', cell0_conf, 'db', 'sync', '--local_cell'],
+                 env_nova)],
+            'nova_cell1': [
+                ([nova / 'nova-manage', '--config-file', nova_conf,
+                  'db', 'sync', '--local_cell'], env_nova)],
             'cyborg': [
                 ([CYBORG_VENV / 'bin' / 'cyborg-dbsync',
                   '--config-file', ETC / 'cyborg' / 'cyborg.conf',
@@ -611,6 +623,16 @@ def make_db_template(say):
                 for cmd, env in steps:
                     run(cmd, '%s database set-up' % name, env=env,
                         log=LOG / ('db-%s.log' % name))
+                if name == 'keystone':
+                    # its users and catalog while the others sync
+                    ks = keystone().start()
+                    try:
+                        wait_for('Keystone answers',
+                                 lambda: http_ok(HEALTH['keystone']), 120,
+                                 service=ks)
+                        keystone_catalog()
+                    finally:
+                        ks.stop()
             except Exception as e:          # reported below, all at once
                 errors.append(str(e))
         threads = [threading.Thread(target=chain, args=item)
@@ -621,13 +643,6 @@ def make_db_template(say):
             t.join()
         if errors:
             raise RuntimeError('\n'.join(errors))
-        ks = keystone().start()
-        try:
-            wait_for('Keystone answers', lambda: http_ok(HEALTH['keystone']),
-                     120, service=ks)
-            keystone_catalog()
-        finally:
-            ks.stop()
     finally:
         db.stop()
     shutil.rmtree(DB_TEMPLATE, ignore_errors=True)
