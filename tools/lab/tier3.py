@@ -818,27 +818,41 @@ class Day:
         reports = self.reports()
         if meanwhile:
             meanwhile()     # what needs no compute host, while we wait
-        # a periodic report of the agent with both ARQs bound
-        self.wait_reports(reports + 1)
+        # a periodic report of the agent with both ARQs bound: the first
+        # one the conductor handles from now may have read sysfs before
+        # (the agent reads, then sends), the second one cannot
+        self.wait_reports(reports + 2)
         errors = conductor_errors(mark)
-        rps = self.providers()
         bound = [a for a in self.arqs() if a['state'] == 'Bound']
-        mismatch = []
-        shown = []
-        for mdev_type, rc in ((MDEV_TYPE, RC), (OTHER_TYPE, OTHER_RC)):
-            rp = rps.get(PROVIDER % mdev_type)
-            inv = (rp or {}).get('inventories', {}).get(rc)
-            total = inv['total'] - inv['reserved'] if inv else 0
-            used = (rp or {}).get('usages', {}).get(rc, 0)
-            ours = sum(1 for a in bound
-                       if rp and a['device_rp_uuid'] == rp['uuid'])
-            can = host.available[mdev_type] + ours
-            shown.append('%s: Placement total-reserved %d used %d; host '
-                         'available %d + bound %d' % (
-                             mdev_type, total, used,
-                             host.available[mdev_type], ours))
-            if total != can or used != ours:
-                mismatch.append(shown[-1])
+
+        def compare():
+            rps = self.providers()
+            mismatch, shown = [], []
+            for mdev_type, rc in ((MDEV_TYPE, RC), (OTHER_TYPE, OTHER_RC)):
+                rp = rps.get(PROVIDER % mdev_type)
+                inv = (rp or {}).get('inventories', {}).get(rc)
+                total = inv['total'] - inv['reserved'] if inv else 0
+                used = (rp or {}).get('usages', {}).get(rc, 0)
+                ours = sum(1 for a in bound
+                           if rp and a['device_rp_uuid'] == rp['uuid'])
+                can = host.available[mdev_type] + ours
+                shown.append('%s: Placement total-reserved %d used %d; '
+                             'host available %d + bound %d' % (
+                                 mdev_type, total, used,
+                                 host.available[mdev_type], ours))
+                if total != can or used != ours:
+                    mismatch.append(shown[-1])
+            return rps, mismatch, shown
+
+        # (the conductor logs the report's start: give it the few seconds
+        # its Placement updates take)
+        result = []
+        try:
+            cloud.wait_for('Placement to match the host', lambda: (
+                result.append(compare()) or not result[-1][1]), 20, step=1)
+        except RuntimeError:
+            pass
+        rps, mismatch, shown = result[-1]
         self.op('resource provider inventory list %s' %
                 rps[PROVIDER % OTHER_TYPE]['uuid'])
         self.op('resource provider usage show %s' %
