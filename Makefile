@@ -1,30 +1,40 @@
 # The README's commands. Everything lives in tools/series; see README.md.
 SERIES := python3 tools/series
+# The three series: the 33 line, Cyborg's, the upstream track (bases.ini).
+PROJECTS := nova cyborg nova34
 
-.PHONY: check demo materialize export verify venv
+.PHONY: check check-suites preflight demo materialize export verify venv
 
-# The test command: materialize both series, verify them, run the tests.
-# Last line: "N passed, M failed".
+# The test command (what .ci/run runs): the preflight, the three series
+# materialized and verified, the tooling's tests, the lab's three tiers
+# (root, Debian 12 on amd64), the suites. Its last line is the total:
+# "N passed, M failed, S skipped, X expected failures".
 check:
 	$(SERIES) check
 
-# The demo: both series end to end in an embedded test cloud (README "Demo").
+# The same without the lab, for a machine without root or Debian.
+check-suites:
+	$(SERIES) check --suites
+
+# Only the preflight of `make check` (ARGS=--suites: of check-suites).
+preflight:
+	python3 tools/preflight.py $(ARGS)
+
+# The demo: both series end to end in an embedded test cloud (doc/demo.md).
 # make demo ARGS="--verbose --json demo.json"
 demo:
 	python3 tools/demo/run.py $(ARGS)
 
 materialize:
-	$(SERIES) materialize nova
-	$(SERIES) materialize cyborg
+	for p in $(PROJECTS); do $(SERIES) materialize $$p || exit 1; done
 
 export:
-	$(SERIES) export nova
-	$(SERIES) export cyborg
-
-verify: materialize venv
-	$(SERIES) verify nova
-	$(SERIES) verify cyborg
+	for p in $(PROJECTS); do $(SERIES) export $$p || exit 1; done
 
 venv:
-	$(SERIES) venv nova
-	$(SERIES) venv cyborg
+	for p in $(PROJECTS); do $(SERIES) venv $$p || exit 1; done
+
+# (every series verified, even after one that fails)
+verify: materialize venv
+	rc=0; for p in $(PROJECTS); do $(SERIES) verify $$p || rc=1; done; \
+	exit $$rc

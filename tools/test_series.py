@@ -137,6 +137,31 @@ class SeriesWorkspaceTest(unittest.TestCase):
         self.assertIn('Change-Id', problems)
         self.assertIn("H201: no 'except:'", problems)
 
+    @unittest.skipUnless((series.TOP / 'build/venvs/cyborg/bin/flake8')
+                         .exists(), 'no cyborg venv (tools/series venv)')
+    def test_verify_goes_on_past_a_patch_that_does_not_apply(self):
+        commit(self.tree, good_message('First'), text='first\n')
+        commit(self.tree, good_message('Second'), path='setup.cfg',
+               text='# second\n')
+        commit(self.tree, good_message('Third'), text='third\n')
+        self.project.export()
+        second = self.project.series()[1]
+        lines = second.read_text().split('\n')
+        at = next(i for i, ln in enumerate(lines) if ln.startswith('@@'))
+        lines[at + 1] = ' this line is not in the base'
+        second.write_text('\n'.join(lines))
+
+        results = self.project.verify()
+
+        self.assertEqual(['0001-First.patch', '0002-Second.patch',
+                          '0003-Third.patch'], [n for n, _ in results])
+        problems = dict(results)
+        self.assertEqual([], problems['0001-First.patch'])
+        self.assertIn('does not apply', problems['0002-Second.patch'][0])
+        self.assertEqual(['its prefix does not apply: 0002-Second.patch '
+                          'before it does not'],
+                         problems['0003-Third.patch'])
+
 
 class ProjectsTest(unittest.TestCase):
     """check covers every base; nova34 gets its own, narrow regression sets."""
@@ -145,6 +170,15 @@ class ProjectsTest(unittest.TestCase):
         cfg = configparser.ConfigParser()
         cfg.read(series.TOP / 'bases.ini')
         self.assertEqual(sorted(cfg.sections()), sorted(series.PROJECTS))
+
+    def test_the_makefile_targets_cover_every_project(self):
+        makefile = (series.TOP / 'Makefile').read_text()
+        (line,) = [ln for ln in makefile.splitlines()
+                   if ln.startswith('PROJECTS :=')]
+        self.assertEqual(list(series.PROJECTS), line.split()[2:])
+        for target in ('materialize', 'export', 'venv', 'verify'):
+            recipe = makefile.split('\n%s:' % target, 1)[1].split('\n\n')[0]
+            self.assertIn('for p in $(PROJECTS)', recipe, target)
 
     def test_nova34_selection_is_its_regression_sets_and_changed_modules(self):
         sys.path.insert(0, str(HERE))

@@ -2,18 +2,26 @@
 
 Nova (nova and nova34): every test module the series adds or changes, the
 unit test module of every source module it changes, and the upstream
-regression sets below.
-Cyborg: its whole unit suite. Each runs with stestr and the environment of
-the base's own tox env; the totals are summed into one closing line.
+regression sets below (each must select at least one test).
+Cyborg: its whole unit and functional suites. Each suite is listed first
+(`stestr list`), then run with stestr (`--load-list`) under the environment
+of the base's own tox env, and counted from the run's subunit stream
+against that list: a test of the list without a result is a failure, a
+class whose setUpClass skipped or failed counts each of its tests.
+
+Every count ends in one closing line,
+"N passed, M failed, S skipped, X expected failures".
 """
 
 import configparser
+import json
 import os
 import pathlib
 import re
 import subprocess
 import sys
 import time
+import unittest
 
 # Upstream tests that touch what the series changes: they must stay green.
 NOVA_REGRESSION = {
@@ -46,18 +54,75 @@ NOVA34_REGRESSION = {
 }
 REGRESSION = {'nova': NOVA_REGRESSION, 'nova34': NOVA34_REGRESSION}
 CONCURRENCY = str(os.cpu_count() or 2)
+TOOLS = pathlib.Path(__file__).resolve().parent
 
 
 class Tally:
+    """Counts of one part of the test command, added up into the total."""
+
     def __init__(self):
         self.passed = 0
         self.failed = 0
+        self.skipped = 0
+        self.xfail = 0
         self.failures = []
 
     def add(self, other):
         self.passed += other.passed
         self.failed += other.failed
+        self.skipped += other.skipped
+        self.xfail += other.xfail
         self.failures += other.failures
+
+    def fail(self, what):
+        """One check that failed (or could not run), and why."""
+        self.failed += 1
+        self.failures.append(what)
+
+    def line(self):
+        return '%d passed, %d failed, %d skipped, %d expected failures' % (
+            self.passed, self.failed, self.skipped, self.xfail)
+
+
+# A class- or module-level fixture's result, as unittest names it.
+FIXTURE = re.compile(r'^(setUpClass|setUpModule|tearDownClass|'
+                     r'tearDownModule) \((\S+)\)$')
+
+
+def count_results(listed, statuses, label):
+    """Count the results of a run of the tests `listed` (test ids, in
+    order); statuses: {test id: subunit status}. Returns a Tally whose
+    total is at least len(listed): a test without a result failed ("not
+    run"); the tests of a class whose setUpClass skipped or failed count
+    as skipped or failed, each."""
+    tally = Tally()
+    results = dict(statuses)
+    for fixture_id, status in statuses.items():
+        m = FIXTURE.match(fixture_id)
+        if not m:
+            continue
+        del results[fixture_id]
+        scope = m.group(2) + '.'
+        covered = [t for t in listed
+                   if t.startswith(scope) and t not in statuses]
+        for test in covered:
+            results[test] = status
+        if not covered and status in ('fail', 'uxsuccess'):
+            # (e.g. a tearDownClass that failed after its tests ran)
+            results[fixture_id] = status
+    for test in listed:
+        results.setdefault(test, 'not run')
+    for test, status in results.items():
+        if status == 'success':
+            tally.passed += 1
+        elif status == 'skip':
+            tally.skipped += 1
+        elif status == 'xfail':
+            tally.xfail += 1
+        else:
+            tally.fail('%s: %s%s' % (label, test, '' if status == 'fail'
+                                     else ' (%s)' % status))
+    return tally
 
 
 def module_regex(module):
@@ -131,58 +196,91 @@ def tox_setenv(tree, env):
     return lines('testenv')
 
 
-def stestr(project, kind, test_path, filters, env):
-    """Run one stestr suite; stream progress; return its Tally."""
+def stestr(project, kind, test_path, filters, env, required=()):
+    """List, run and count one stestr suite; stream its progress; return
+    its Tally. required: regexes of filters that must each select at
+    least one test (the regression sets)."""
     env = dict(os.environ, **env)
     env['VIRTUAL_ENV'] = str(project.venv)
     env['PATH'] = '%s:%s' % (project.venv / 'bin', env.get('PATH', ''))
     log_dir = project.tree.parent / 'logs'
     log_dir.mkdir(exist_ok=True)
     log = log_dir / ('%s-%s.log' % (project.name, kind))
-    cmd = [str(project.venv / 'bin' / 'stestr'), '--test-path', test_path,
-           '--top-dir', './', 'run', '--concurrency', CONCURRENCY] + filters
-    print('== %s %s: stestr run %s (log: %s)' % (
-        project.name, kind, ' '.join(filters) or '(all)',
+    label = '%s %s' % (project.name, kind)
+    base = [str(project.venv / 'bin' / 'stestr'), '--test-path', test_path,
+            '--top-dir', './']
+    print('== %s: stestr run %s (log: %s)' % (
+        label, ' '.join(filters) or '(all)',
         log.relative_to(project.tree.parent.parent)), flush=True)
     start = time.time()
-    done = 0
     tally = Tally()
-    totals = {}
+    repo = project.tree / '.stestr'
+    if not repo.exists():
+        # (`stestr run` makes its repository; `stestr list` needs one)
+        subprocess.run(base + ['init'], cwd=project.tree, env=env,
+                       capture_output=True)
+    listing = subprocess.run(base + ['list'] + filters, cwd=project.tree,
+                             env=env, capture_output=True, text=True)
+    listed = [line for line in listing.stdout.splitlines()
+              if re.match(r'^[\w.]+$', line)]
+    if listing.returncode or not listed:
+        log.write_text(listing.stdout + listing.stderr)
+        tally.fail('%s: %s, see %s' % (
+            label, 'the tests could not be listed (stestr list exit %d)' %
+            listing.returncode if listing.returncode else
+            'no test selected', log))
+        print(''.join((listing.stdout + listing.stderr).splitlines(
+            True)[-30:]), flush=True)
+        return tally
+    for regex in required:
+        if not any(re.search(regex, t) for t in listed):
+            tally.fail('%s: the regression set %s selects no test' % (
+                label, regex))
+            print('   FAILED the regression set %s selects no test' % regex,
+                  flush=True)
+    id_file = log_dir / ('%s-%s.list' % (project.name, kind))
+    id_file.write_text('\n'.join(listed) + '\n')
+    next_stream = repo / 'next-stream'
+    run_id = int(next_stream.read_text()) if next_stream.exists() else 0
+    cmd = base + ['run', '--concurrency', CONCURRENCY, '--load-list',
+                  str(id_file)]
+    done = 0
     with open(log, 'w') as out:
         proc = subprocess.Popen(cmd, cwd=project.tree, env=env, text=True,
                                 stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT)
         for line in proc.stdout:
             out.write(line)
-            m = re.match(r'^\{\d+\} (\S+) .*\.\.\. (\w+)', line)
+            m = re.match(r'^\{\d+\} (.+?)(?: \[[\d.]+s\])? \.\.\. (\w+)',
+                         line)
             if m:
                 done += 1
                 if m.group(2) == 'FAILED':
                     print('   FAILED %s' % m.group(1), flush=True)
-                    tally.failures.append(m.group(1))
                 if done % 1000 == 0:
-                    print('   ... %d tests (%ds)' % (
-                        done, time.time() - start), flush=True)
-            t = re.match(r'^ - (Passed|Failed|Skipped|Expected Fail|'
-                         r'Unexpected Success): (\d+)', line)
-            if t:
-                totals[t.group(1)] = int(t.group(2))
+                    print('   ... %d of %d tests (%ds)' % (
+                        done, len(listed), time.time() - start), flush=True)
         rc = proc.wait()
-    tally.passed = totals.get('Passed', 0) + totals.get('Expected Fail', 0)
-    tally.failed = totals.get('Failed', 0) + totals.get(
-        'Unexpected Success', 0)
-    if rc != 0 and tally.failed == 0:
-        # stestr failed before or beyond any test (import error, listing)
-        tally.failed = 1
-        tally.failures.append('%s %s: stestr exit %d, see %s' % (
-            project.name, kind, rc, log))
-        print(''.join(open(log).readlines()[-30:]), flush=True)
-    if tally.passed == 0 and tally.failed == 0:
-        tally.failed = 1
-        tally.failures.append('%s %s: no test ran' % (project.name, kind))
-    print('   %s %s: %d passed, %d failed, %d skipped in %ds' % (
-        project.name, kind, tally.passed, tally.failed,
-        totals.get('Skipped', 0), time.time() - start), flush=True)
+    stream = repo / str(run_id)
+    statuses = {}
+    if stream.exists():
+        res = subprocess.run(
+            [str(project.python), str(TOOLS / 'subunit_status.py'),
+             str(stream)], capture_output=True, text=True)
+        if res.returncode == 0:
+            statuses = json.loads(res.stdout)
+        else:
+            tally.fail('%s: its results could not be read: %s' % (
+                label, res.stderr.strip()[-300:]))
+    counted = count_results(listed, statuses, label)
+    tally.add(counted)
+    if rc != 0 and counted.failed == 0:
+        # stestr failed beyond any test
+        tally.fail('%s: stestr exit %d, see %s' % (label, rc, log))
+        print(''.join(log.read_text().splitlines(True)[-30:]), flush=True)
+    print('   %s: %s (%d listed) in %ds' % (
+        label, counted.line(), len(listed), time.time() - start),
+        flush=True)
     return tally
 
 
@@ -190,12 +288,14 @@ def run_tests(project):
     tally = Tally()
     if project.dist == 'nova':
         sel = nova_selection(project)
+        regression = REGRESSION[project.name]
         tally.add(stestr(project, 'unit', './nova/tests/unit',
-                         sel['unit'],
-                         tox_setenv(project.tree, 'unit')))
+                         sel['unit'], tox_setenv(project.tree, 'unit'),
+                         required=regression['unit']))
         tally.add(stestr(project, 'functional', './nova/tests/functional',
                          sel['functional'],
-                         tox_setenv(project.tree, 'functional')))
+                         tox_setenv(project.tree, 'functional'),
+                         required=regression['functional']))
     else:
         env = tox_setenv(project.tree, 'py3')
         tally.add(stestr(project, 'unit', './' + project.unit_tests, [],
@@ -207,13 +307,13 @@ def run_tests(project):
 
 
 def report_verify(project, results):
+    """Count verify's results: one check per patch of the series."""
     tally = Tally()
     print('== %s verify: %d patches' % (project.name, len(results)),
           flush=True)
     for name, problems in results:
         if problems:
-            tally.failed += 1
-            tally.failures.append('%s: %s' % (project.name, name))
+            tally.fail('%s verify: %s' % (project.name, name))
             print('   FAILED %s' % name)
             for p in problems:
                 print('      ' + p.replace('\n', '\n      '))
@@ -223,20 +323,77 @@ def report_verify(project, results):
     return tally
 
 
+def verify_results(project, error):
+    """project.verify()'s results; when verify cannot run at all, each
+    patch of the series is a failure that says why."""
+    try:
+        return project.verify()
+    except error as e:
+        try:
+            names = [p.name for p in project.series()]
+        except error as e2:
+            return [('patches/%s/series' % project.name, [str(e2)])]
+        return [(n, ['not verified: %s' % e]) for n in names]
+
+
+class _Recorder(unittest.TextTestResult):
+    """A unittest result that keeps each test's status by its id."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.statuses = {}
+
+    def addSuccess(self, test):
+        super().addSuccess(test)
+        self.statuses[test.id()] = 'success'
+
+    def addFailure(self, test, err):
+        super().addFailure(test, err)
+        self.statuses[test.id()] = 'fail'
+
+    def addError(self, test, err):
+        super().addError(test, err)
+        self.statuses[test.id()] = 'fail'
+
+    def addSubTest(self, test, subtest, err):
+        super().addSubTest(test, subtest, err)
+        if err is not None:
+            self.statuses[test.id()] = 'fail'
+
+    def addSkip(self, test, reason):
+        super().addSkip(test, reason)
+        self.statuses[test.id()] = 'skip'
+
+    def addExpectedFailure(self, test, err):
+        super().addExpectedFailure(test, err)
+        self.statuses[test.id()] = 'xfail'
+
+    def addUnexpectedSuccess(self, test):
+        super().addUnexpectedSuccess(test)
+        self.statuses[test.id()] = 'uxsuccess'
+
+
+def test_ids(suite):
+    """The ids of the tests of a unittest suite, in order."""
+    if isinstance(suite, unittest.TestSuite):
+        return [t for s in suite for t in test_ids(s)]
+    return [suite.id()]
+
+
+def run_unittests(start_dir, label, pattern='test_*.py'):
+    """Discover and run unittest tests; count them as stestr's are."""
+    suite = unittest.TestLoader().discover(str(start_dir), pattern)
+    listed = test_ids(suite)
+    result = unittest.TextTestRunner(
+        stream=sys.stdout, verbosity=1, resultclass=_Recorder).run(suite)
+    return count_results(listed, result.statuses, label)
+
+
 def run_tool_tests():
-    """tools/test_series.py: the workspace tool's own tests."""
-    import unittest
-    print('== tools: unittest tools/test_series.py', flush=True)
-    here = pathlib.Path(__file__).resolve().parent
-    suite = unittest.defaultTestLoader.discover(str(here), 'test_*.py')
-    result = unittest.TextTestRunner(stream=sys.stdout, verbosity=1).run(
-        suite)
-    tally = Tally()
-    bad = result.failures + result.errors + list(
-        (t, '') for t in result.unexpectedSuccesses)
-    tally.failed = len(bad)
-    tally.passed = result.testsRun - tally.failed - len(result.skipped)
-    tally.failures += ['tools: %s' % t.id() for t, _ in bad]
+    """tools/test_*.py: the workspace tooling's own tests."""
+    print('== tools: unittest tools/test_*.py', flush=True)
+    tally = run_unittests(TOOLS, 'tools')
+    print('   tools: %s' % tally.line(), flush=True)
     return tally
 
 
@@ -244,35 +401,65 @@ def run_lab():
     """tools/lab: libvirt's schemas (tier 1), a real kernel mdev (tier 2),
     both series as a cloud on that mdev (tier 3)."""
     import importlib.util
-    path = pathlib.Path(__file__).resolve().parent / 'lab' / 'run.py'
+    path = TOOLS / 'lab' / 'run.py'
     spec = importlib.util.spec_from_file_location('lab_run', path)
     lab_run = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(lab_run)
-    lab = lab_run.run(('tier1', 'tier2', 'tier3'))
+    return lab_run.run(('tier1', 'tier2', 'tier3'))
+
+
+def prepare(project, error):
+    """Materialize and make the venv; False (and one failure each, saying
+    what to do) when the project's tests cannot run."""
     tally = Tally()
-    tally.passed, tally.failed = lab.passed, lab.failed
-    tally.failures += ['lab: %s' % f for f in lab.failures]
-    return tally
+    for step in (project.materialize, project.make_venv):
+        try:
+            step()
+        except error as e:
+            tally.fail('%s: %s' % (project.name, str(e).splitlines()[0]))
+            print('series: error: %s' % e, flush=True)
+            return False, tally
+    return True, tally
 
 
-def check(projects):
-    """Everything .ci/run runs; the last line is 'N passed, M failed'."""
+def check(projects, error, lab=True):
+    """Everything .ci/run runs: the series materialized, their venvs,
+    verify, the tooling's tests, the lab's tiers (lab=True), the suites.
+    error: the exception type of an error the user can act on (a failed
+    step is counted and the others still run). The last line is the
+    total."""
+    import preflight
+    problems = preflight.problems(lab=lab)
+    if problems:
+        print(preflight.refusal(problems, lab=lab), flush=True)
+        return 2
+    print(preflight.summary(lab=lab), flush=True)
     start = time.time()
     tally = Tally()
+    ready = {}
     for project in projects:
-        project.materialize()
-        project.make_venv()
+        ready[project.name], prepared = prepare(project, error)
+        tally.add(prepared)
     for project in projects:
-        tally.add(report_verify(project, project.verify()))
+        tally.add(report_verify(project, verify_results(project, error)))
     tally.add(run_tool_tests())
-    tally.add(run_lab())
+    if lab:
+        tally.add(run_lab())
     for project in projects:
-        tally.add(run_tests(project))
+        if ready[project.name]:
+            tally.add(run_tests(project))
+        else:
+            for kind in ('unit', 'functional'):
+                tally.fail('%s %s: not run: build/%s or its venv could not '
+                           'be made (see above)' % (project.name, kind,
+                                                    project.name))
     if tally.failures:
         print('failures:')
-        for f in tally.failures:
+        for f in tally.failures[:60]:
             print('   ' + f)
+        if len(tally.failures) > 60:
+            print('   ... and %d more' % (len(tally.failures) - 60))
     print('check took %d minutes' % ((time.time() - start) / 60))
-    print('%d passed, %d failed' % (tally.passed, tally.failed))
+    print(tally.line())
     sys.stdout.flush()
     return 1 if tally.failed else 0

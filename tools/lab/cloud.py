@@ -69,6 +69,13 @@ PORTS = {
 }
 EPMD_PORT = 4370        # Erlang's port mapper, not the default 4369
 RABBIT_DIST_PORT = 25673
+
+
+def all_ports():
+    """Every TCP port the cloud listens on, on 127.0.0.1."""
+    return sorted(PORTS.values()) + [EPMD_PORT, RABBIT_DIST_PORT]
+
+
 SERVICE_USERS = ('nova', 'placement', 'glance', 'neutron', 'cyborg')
 # database: its user (one user per service)
 DATABASES = {'keystone': 'keystone', 'glance': 'glance',
@@ -292,7 +299,7 @@ def leftovers(timeout=10):
     """What is left of the cloud after its stop: processes (as
     cloud_processes()) and taken ports, waited for at most timeout
     seconds (a killed process may take a moment to go)."""
-    ports = list(PORTS.values()) + [EPMD_PORT, RABBIT_DIST_PORT]
+    ports = all_ports()
     end = time.monotonic() + timeout
     while True:
         procs = cloud_processes()
@@ -724,7 +731,7 @@ class Cloud:
     def start_host(self):
         """MariaDB and RabbitMQ, Keystone, then every API and conductor at
         once; returns when each answers (HTTP) or consumes its RPC queue."""
-        for port in PORTS.values():
+        for port in all_ports():
             if not port_free(port):
                 raise RuntimeError('port %d on 127.0.0.1 is taken: another '
                                    'cloud or service runs here' % port)

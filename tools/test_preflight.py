@@ -1,0 +1,161 @@
+"""The preflight: one line that says what the machine lacks, before any
+install.
+
+Run by `make check` and `make check-suites`, or alone:
+    python3 -m unittest discover -s tools -p 'test_preflight.py'
+"""
+
+import contextlib
+import io
+import os
+import pathlib
+import socket
+import sys
+import types
+import unittest
+from unittest import mock
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import preflight  # noqa: E402
+import testsel  # noqa: E402
+
+GIB = 1 << 30
+DEBIAN = {'ID': 'debian', 'VERSION_ID': '12',
+          'PRETTY_NAME': 'Debian GNU/Linux 12 (bookworm)'}
+
+
+class PreflightTest(unittest.TestCase):
+    """Each fact replaced, one at a time, on a machine that has the rest."""
+
+    def setUp(self):
+        self.ports = []
+        real_cloud, _ = preflight.lab_modules()
+        cloud = types.SimpleNamespace(
+            all_ports=lambda: self.ports, port_free=real_cloud.port_free,
+            cloud_processes=dict)
+        lab_run = types.SimpleNamespace(TIER2_PACKAGES=[], TIER3_PACKAGES=[])
+        for name, value in (
+                ('os_release', lambda: dict(DEBIAN)),
+                ('machine', lambda: 'x86_64'),
+                ('euid', lambda: 0),
+                ('have_module', lambda name: True),
+                ('free_bytes', lambda path: 100 * GIB),
+                ('mem_available', lambda: 16 * GIB),
+                ('to_fetch', lambda lab: []),
+                ('missing_packages', lambda packages: []),
+                ('reachable', lambda url, proxy=None: None),
+                ('lab_modules', lambda: (cloud, lab_run))):
+            patcher = mock.patch.object(preflight, name, value)
+            patcher.start()
+            self.addCleanup(patcher.stop)
+
+    def replace(self, name, value):
+        patcher = mock.patch.object(preflight, name, value)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+    def test_a_machine_that_has_everything_passes(self):
+        self.assertEqual([], preflight.problems(lab=True))
+        self.assertEqual([], preflight.problems(lab=False))
+
+    def test_not_debian_12_on_amd64(self):
+        self.replace('os_release', lambda: {
+            'ID': 'ubuntu', 'VERSION_ID': '24.04',
+            'PRETTY_NAME': 'Ubuntu 24.04 LTS'})
+        self.replace('machine', lambda: 'aarch64')
+        (problem,) = preflight.problems(lab=True)
+        self.assertIn('this is Ubuntu 24.04 LTS on aarch64, the lab needs '
+                      'Debian 12 on amd64', problem)
+        self.assertIn('make check-suites', problem)
+        self.assertEqual([], preflight.problems(lab=False))
+
+    def test_not_root(self):
+        self.replace('euid', lambda: 1000)
+        (problem,) = preflight.problems(lab=True)
+        self.assertIn('not root (uid 1000)', problem)
+        self.assertIn('sudo make check', problem)
+
+    def test_a_port_of_the_cloud_taken(self):
+        with socket.socket() as s:
+            s.bind(('127.0.0.1', 0))
+            s.listen()
+            port = s.getsockname()[1]
+            self.ports.append(port)
+            (problem,) = preflight.problems(lab=True)
+        self.assertIn('port %d on 127.0.0.1 is taken (pid %d: ' % (
+            port, os.getpid()), problem)
+        self.assertIn('stop what holds it', problem)
+
+    def test_a_python_without_venv_or_pip(self):
+        self.replace('have_module', lambda name: name not in ('ensurepip',
+                                                              'pip'))
+        (problem,) = preflight.problems(lab=False)
+        self.assertIn('python3 has no ensurepip or pip', problem)
+        self.assertIn('apt-get install python3-venv python3-pip', problem)
+
+    def test_no_network_while_something_is_to_be_fetched(self):
+        self.replace('reachable', lambda url, proxy=None: 'timed out')
+        self.assertEqual([], preflight.problems(lab=False))
+        self.replace('to_fetch', lambda lab: ['build/venvs/nova'])
+        (problem,) = preflight.problems(lab=False)
+        self.assertIn('no network to PyPI', problem)
+        self.assertIn('build/venvs/nova must still be fetched', problem)
+
+    def test_no_network_to_the_archive_while_packages_are_missing(self):
+        self.replace('reachable', lambda url, proxy=None: 'timed out')
+        self.replace('apt_archives',
+                     lambda: (['http://deb.debian.org/debian'], None))
+        self.replace('missing_packages', lambda packages: ['mdevctl'])
+        (problem,) = preflight.problems(lab=True)
+        self.assertIn('no network to the package archive '
+                      '(http://deb.debian.org/debian: timed out)', problem)
+
+    def test_too_little_disk(self):
+        self.replace('free_bytes', lambda path: 1 * GIB)
+        (problem,) = preflight.problems(lab=True)
+        self.assertIn('only 1.0 GiB free for build/', problem)
+        self.replace('to_fetch', lambda lab: ['build/venvs/nova'])
+        (problem,) = preflight.problems(lab=True)
+        self.assertIn('a first run needs about %d GiB' % (
+            preflight.DISK_COLD['lab'] // GIB), problem)
+
+    def test_too_little_memory_for_the_lab(self):
+        self.replace('mem_available', lambda: 2 * GIB)
+        (problem,) = preflight.problems(lab=True)
+        self.assertIn('only 2.0 GiB of memory available', problem)
+        self.assertEqual([], preflight.problems(lab=False))
+
+    def test_every_problem_on_one_line(self):
+        self.replace('euid', lambda: 1000)
+        self.replace('free_bytes', lambda path: 1 * GIB)
+        line = preflight.refusal(preflight.problems(lab=True))
+        self.assertNotIn('\n', line)
+        self.assertTrue(line.startswith('preflight: `make check` cannot run '
+                                        'on this machine, nothing was '
+                                        'installed: not root'), line)
+        self.assertIn('; only 1.0 GiB free', line)
+
+
+class CheckStartsWithThePreflightTest(unittest.TestCase):
+
+    def test_nothing_is_materialized_or_installed_when_it_fails(self):
+        class Untouchable:
+            name = 'nova'
+
+            def __getattr__(self, name):
+                raise AssertionError('the check touched the project: %s' %
+                                     name)
+        out = io.StringIO()
+        with mock.patch.object(preflight, 'problems',
+                               lambda lab: ['not root (uid 1000): ...']), \
+                contextlib.redirect_stdout(out):
+            rc = testsel.check([Untouchable()], Exception, lab=True)
+        self.assertEqual(2, rc)
+        self.assertEqual(['preflight: `make check` cannot run on this '
+                          'machine, nothing was installed: not root (uid '
+                          '1000): ....'], out.getvalue().splitlines())
+
+
+if __name__ == '__main__':
+    unittest.main()

@@ -1,0 +1,216 @@
+"""How the test command counts: every test listed is counted once.
+
+Run by `make check` and `make check-suites`, or alone:
+    python3 -m unittest discover -s tools -p 'test_testsel.py'
+"""
+
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import types
+import unittest
+
+HERE = pathlib.Path(__file__).resolve().parent
+TOP = HERE.parent
+sys.path.insert(0, str(HERE))
+import testsel  # noqa: E402
+
+# A test module with every kind of outcome: 9 tests.
+OUTCOMES = textwrap.dedent('''
+    import unittest
+
+
+    class Skipped(unittest.TestCase):
+        @classmethod
+        def setUpClass(cls):
+            raise unittest.SkipTest('no backend')
+
+        def test_one(self):
+            pass
+
+        def test_two(self):
+            pass
+
+        def test_three(self):
+            pass
+
+
+    class Broken(unittest.TestCase):
+        @classmethod
+        def setUpClass(cls):
+            raise RuntimeError('boom')
+
+        def test_x(self):
+            pass
+
+        def test_y(self):
+            pass
+
+
+    class Fine(unittest.TestCase):
+        def test_ok(self):
+            pass
+
+        @unittest.skip('because')
+        def test_skip(self):
+            pass
+
+        @unittest.expectedFailure
+        def test_xfail(self):
+            self.fail('expected')
+
+        @unittest.expectedFailure
+        def test_uxsuccess(self):
+            pass
+''')
+
+
+def counts(tally):
+    return (tally.passed, tally.failed, tally.skipped, tally.xfail)
+
+
+class CountResultsTest(unittest.TestCase):
+
+    def test_a_skipped_setupclass_counts_each_test_of_its_class(self):
+        listed = ['m.A.test_1', 'm.A.test_2', 'm.A.test_3', 'm.B.test_1']
+        tally = testsel.count_results(listed, {
+            'setUpClass (m.A)': 'skip', 'm.B.test_1': 'success'}, 'x')
+        self.assertEqual((1, 0, 3, 0), counts(tally))
+
+    def test_a_failed_setupclass_fails_each_test_of_its_class(self):
+        listed = ['m.A.test_1', 'm.A.test_2']
+        tally = testsel.count_results(
+            listed, {'setUpClass (m.A)': 'fail'}, 'x')
+        self.assertEqual((0, 2, 0, 0), counts(tally))
+        self.assertEqual(['x: m.A.test_1', 'x: m.A.test_2'], tally.failures)
+
+    def test_a_listed_test_without_a_result_fails(self):
+        tally = testsel.count_results(
+            ['m.A.test_1', 'm.A.test_2'], {'m.A.test_1': 'success'}, 'x')
+        self.assertEqual((1, 1, 0, 0), counts(tally))
+        self.assertEqual(['x: m.A.test_2 (not run)'], tally.failures)
+
+    def test_expected_failures_apart_unexpected_successes_fail(self):
+        tally = testsel.count_results(
+            ['m.A.test_1', 'm.A.test_2'],
+            {'m.A.test_1': 'xfail', 'm.A.test_2': 'uxsuccess'}, 'x')
+        self.assertEqual((0, 1, 0, 1), counts(tally))
+
+    def test_a_failed_teardownclass_after_its_tests_is_a_failure(self):
+        tally = testsel.count_results(
+            ['m.A.test_1'], {'m.A.test_1': 'success',
+                             'tearDownClass (m.A)': 'fail'}, 'x')
+        self.assertEqual((1, 1, 0, 0), counts(tally))
+
+    def test_the_closing_line_starts_with_passed_and_failed(self):
+        tally = testsel.Tally()
+        tally.passed, tally.failed, tally.skipped, tally.xfail = 5, 1, 2, 3
+        self.assertEqual('5 passed, 1 failed, 2 skipped, 3 expected '
+                         'failures', tally.line())
+
+
+class Scratch:
+    """A scratch project of OUTCOMES tests run like Nova's and Cyborg's."""
+
+    def __init__(self, test_case):
+        top = pathlib.Path(tempfile.mkdtemp(prefix='testsel-test-'))
+        test_case.addCleanup(shutil.rmtree, top, ignore_errors=True)
+        self.name = 'scratch'
+        self.tree = top / 'scratch'
+        (self.tree / 'pkg').mkdir(parents=True)
+        (self.tree / 'pkg' / '__init__.py').write_text('')
+        (self.tree / 'pkg' / 'test_outcomes.py').write_text(OUTCOMES)
+        (self.tree / '.stestr.conf').write_text(
+            '[DEFAULT]\ntest_path=./pkg\ntop_dir=./\n')
+        # any of the project venvs: they all have stestr
+        self.venv = TOP / 'build' / 'venvs' / 'cyborg'
+        self.python = self.venv / 'bin' / 'python'
+
+
+@unittest.skipUnless((TOP / 'build/venvs/cyborg/bin/stestr').exists(),
+                     'no cyborg venv (tools/series venv cyborg)')
+class StestrTest(unittest.TestCase):
+
+    def setUp(self):
+        self.project = Scratch(self)
+
+    def run_suite(self, filters=(), required=()):
+        out = self.project.tree.parent / 'out.txt'
+        with open(out, 'w') as f:
+            stdout, sys.stdout = sys.stdout, f
+            try:
+                tally = testsel.stestr(self.project, 'unit', './pkg',
+                                       list(filters), {}, required=required)
+            finally:
+                sys.stdout = stdout
+        return tally, out.read_text()
+
+    def test_every_listed_test_is_counted_once_by_its_outcome(self):
+        tally, out = self.run_suite()
+        # Fine: 1 ok, 1 skipped, 1 expected failure, 1 unexpected success;
+        # Skipped: 3 skipped; Broken: 2 failed (its setUpClass)
+        self.assertEqual((1, 3, 4, 1), counts(tally), out)
+        self.assertIn('pkg.test_outcomes.Broken.test_x', '\n'.join(
+            tally.failures))
+        self.assertIn('1 passed, 3 failed, 4 skipped, 1 expected failures '
+                      '(9 listed)', out)
+
+    def test_a_regression_set_that_selects_no_test_fails(self):
+        tally, out = self.run_suite(
+            filters=[r'^pkg\.test_outcomes\.Fine\.', r'^pkg\.nothing\.'],
+            required=[r'^pkg\.test_outcomes\.Fine\.', r'^pkg\.nothing\.'])
+        self.assertEqual((1, 2, 1, 1), counts(tally), out)
+        self.assertIn(r'scratch unit: the regression set ^pkg\.nothing\. '
+                      'selects no test', tally.failures)
+
+    def test_a_selection_of_no_test_fails(self):
+        tally, out = self.run_suite(filters=[r'^pkg\.nothing\.'])
+        self.assertEqual((0, 1, 0, 0), counts(tally), out)
+        self.assertIn('no test selected', tally.failures[0])
+
+
+class UnittestCountTest(unittest.TestCase):
+    """The tooling's own tests are counted the same way."""
+
+    def test_unittest_outcomes_are_counted_like_stestr_ones(self):
+        tmp = pathlib.Path(tempfile.mkdtemp(prefix='testsel-test-'))
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        (tmp / 'check_outcomes.py').write_text(OUTCOMES)
+        path = list(sys.path)
+        with open(tmp / 'out.txt', 'w') as f:
+            stdout, sys.stdout = sys.stdout, f
+            stderr, sys.stderr = sys.stderr, f
+            try:
+                tally = testsel.run_unittests(tmp, 'tools',
+                                              pattern='check_*.py')
+            finally:
+                sys.stdout, sys.stderr = stdout, stderr
+                sys.modules.pop('check_outcomes', None)
+                sys.path[:] = path
+        self.assertEqual((1, 3, 4, 1), counts(tally))
+
+
+class VerifyResultsTest(unittest.TestCase):
+
+    def test_verify_that_cannot_run_fails_each_patch(self):
+        class Error(Exception):
+            pass
+
+        def verify():
+            raise Error('no build/nova: tools/series materialize nova')
+        project = types.SimpleNamespace(
+            name='nova', verify=verify, series=lambda: [
+                pathlib.Path('0001-a.patch'), pathlib.Path('0002-b.patch')])
+        results = testsel.verify_results(project, Error)
+        self.assertEqual(
+            [('0001-a.patch', ['not verified: no build/nova: tools/series '
+                               'materialize nova']),
+             ('0002-b.patch', ['not verified: no build/nova: tools/series '
+                               'materialize nova'])], results)
+
+
+if __name__ == '__main__':
+    unittest.main()
