@@ -282,8 +282,8 @@ def problems(lab=True):
                          'services); free some%s' % (
                              avail / GIB, MEMORY // GIB, alternative))
     fetch, packages = pending(lab)
-    if not lab and not SCHEMAS.exists() and (euid() != 0 or
-                                   not shutil.which('apt-get')):
+    installable = euid() == 0 and shutil.which('apt-get')
+    if not lab and not SCHEMAS.exists() and not installable:
         found.append('libvirt\'s RelaxNG schemas are missing (%s; the '
                      'demo\'s test validates Nova\'s XML with them): install '
                      'your distribution\'s libvirt daemon package (Debian: '

@@ -6,7 +6,6 @@ Run by `make check` and `make check-suites`, or alone:
 
 import pathlib
 import shutil
-import subprocess
 import sys
 import tempfile
 import textwrap

@@ -424,7 +424,7 @@ def prepare(project, error):
 
 def check(projects, error, lab=True):
     """Everything .ci/run runs: the series materialized, their venvs,
-    verify, the tooling's tests, the lab's tiers (lab=True), the suites.
+    verify, the lab's tiers (lab=True), the tooling's tests, the suites.
     error: the exception type of an error the user can act on (a failed
     step is counted and the others still run). The last line is the
     total."""
@@ -442,9 +442,11 @@ def check(projects, error, lab=True):
         tally.add(prepared)
     for project in projects:
         tally.add(report_verify(project, verify_results(project, error)))
-    tally.add(run_tool_tests())
     if lab:
         tally.add(run_lab())
+    # (after the lab, which installs QEMU: a test of the lab's guest image
+    # runs it)
+    tally.add(run_tool_tests())
     for project in projects:
         if ready[project.name]:
             tally.add(run_tests(project))

@@ -16,13 +16,15 @@ import os
 import sys
 import uuid
 
-from labcheck import check, expect, read, results
+from labcheck import Checks, expect, read
+from plans import TIER2
 
 PARENT = 'mtty'
 TYPE = 'mtty-2'
 SYSFS = '/sys/class/mdev_bus/%s/mdev_supported_types/%s' % (PARENT, TYPE)
 OUT = sys.argv[1] if len(sys.argv) > 1 else '/out'
 PCI_FIELDS = ('domain', 'bus', 'device', 'function')
+check = Checks('guest_cyborg.py', TIER2['guest_cyborg.py'])
 
 
 def main():
@@ -44,9 +46,7 @@ def main():
     print('sysfs: %s %s available_instances=%d, created=%d' % (
         PARENT, TYPE, available, created), flush=True)
 
-    devices = check('cyborg: MdevDriver loads with [mdev] device_spec '
-                    'address "%s" (the mdev_bus name)' % PARENT,
-                    lambda: mdev_driver.MdevDriver().discover())
+    devices = check('loads', lambda: mdev_driver.MdevDriver().discover())
 
     def one_deployable():
         expect(devices, 'discover() found nothing')
@@ -54,8 +54,7 @@ def main():
         dep = devices[0].deployable_list
         expect(len(dep) == 1, 'expected 1 deployable, got %d' % len(dep))
         return dep[0]
-    deployable = check('cyborg: discover() reports the mtty parent with '
-                       'one deployable for %s' % TYPE, one_deployable)
+    deployable = check('deployable', one_deployable)
 
     def inventory():
         expect(deployable, 'no deployable')
@@ -66,15 +65,14 @@ def main():
         rc = [a.value for a in deployable.attribute_list if a.key == 'rc']
         return '%s: %d = %d available + %d created, rc %s' % (
             deployable.name, n, available, created, rc)
-    check('cyborg: inventory is available + created mdevs', inventory)
+    check('inventory', inventory)
 
     def listed():
         expect(deployable, 'no deployable')
         expect(deployable.mdev_uuids == [made],
                'mdev_uuids %s, not [%s]' % (deployable.mdev_uuids, made))
         return 'mdev_uuids %s' % deployable.mdev_uuids
-    check('cyborg: the mdev made before is listed by its UUID (the '
-          'conductor counts it as used: it is no attach handle\'s)', listed)
+    check('listed', listed)
 
     def handles():
         expect(deployable, 'no deployable')
@@ -97,12 +95,11 @@ def main():
         with open(os.path.join(OUT, 'cyborg-handles.json'), 'w') as f:
             json.dump({'deployable': deployable.name, 'handles': infos}, f)
         return '%d MDEV handles, e.g. %s' % (len(infos), infos[0])
-    check('cyborg: one MDEV attach handle per mdev, naming parent "%s" '
-          'and type %s, no PCI fields' % (PARENT, TYPE), handles)
+    check('handles', handles)
 
     with open('/sys/bus/mdev/devices/%s/remove' % made, 'w') as f:
         f.write('1')
-    return 0 if all(results) else 1
+    return check.finish()
 
 
 if __name__ == '__main__':

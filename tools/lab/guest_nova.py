@@ -29,7 +29,8 @@ import uuid
 START = time.monotonic()
 os.environ.setdefault('OS_NOVA_DISABLE_EVENTLET_PATCHING', 'true')
 
-from labcheck import check, expect, read, results, sh, wait  # noqa: E402
+from labcheck import Checks, expect, read, sh, wait  # noqa: E402
+from plans import TIER2  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -61,6 +62,7 @@ from nova.virt.libvirt import driver as libvirt_driver  # noqa: E402
 
 CONF = nova.conf.CONF
 IMPORTED = time.monotonic()
+check = Checks('guest_nova.py', TIER2['guest_nova.py'])
 
 
 def setup():
@@ -197,13 +199,14 @@ def main():
     handles_file = os.path.join(OUT, 'cyborg-handles.json')
     print('nova: imported in %.0fs, ready after %.0fs' % (
         IMPORTED - START, time.monotonic() - START), flush=True)
-    handles = check('nova: Cyborg attach handles to build ARQs from',
+    handles = check('handles',
                     lambda: json.load(open(handles_file))['handles'])
     if not handles:
-        return 1
-    drv = check('nova: LibvirtDriver with a real Host on %s' % URI, setup)
+        return check.finish('no attach handles from Cyborg '
+                            '(guest_cyborg.py)')
+    drv = check('driver', setup)
     if not drv:
-        return 1
+        return check.finish('no LibvirtDriver')
     lab = Lab(drv)
     before = lab.state()
     print('before: %s' % before, flush=True)
@@ -218,8 +221,7 @@ def main():
         m = reqs.mdevs[0]
         expect((m.uuid, m.mdev_type) == (mdev_uuid, TYPE), repr(m))
         return repr(m)
-    check('nova: accelerators.partition() accepts the MDEV ARQ of the '
-          'virtual parent', partition)
+    check('partition', partition)
 
     def ensure():
         drv._ensure_cyborg_mdevs(inst, [arq])
@@ -247,8 +249,7 @@ def main():
         return '%s: parent %s, type %s, persistent; mdevctl --defined ' \
                'has it; available %d -> %d' % (
                    dev.name(), got[0], got[1], before['available'], avail)
-    check('nova: _ensure_cyborg_mdevs() makes the persistent mdev '
-          '(libvirt, mdevctl --defined, sysfs)', ensure)
+    check('ensure', ensure)
 
     def compose():
         xml = lab.guest_xml(inst, [arq])
@@ -264,8 +265,7 @@ def main():
         errors = lab.validator.domain(xml)
         expect(not errors, 'domain.rng: %s' % errors)
         return 'hostdev model=%s uuid=%s; valid against domain.rng' % got
-    xml1 = check('nova: _get_guest_xml() composes the mdev hostdev '
-                 '(_get_guest_config -> _guest_add_accelerators)', compose)
+    xml1 = check('compose', compose)
 
     def start():
         expect(xml1 is not None, 'no guest XML')
@@ -278,8 +278,7 @@ def main():
             "./devices/hostdev[@type='mdev']/source/address")]
         expect(uuids == [mdev_uuid], 'live hostdevs %s' % uuids)
         return '%s paused with mdev %s' % (guest._domain.name(), mdev_uuid)
-    started = check("nova: _create_guest() defines and starts the "
-                    "type='qemu' guest with the mdev (paused)", start)
+    started = check('start', start)
 
     def second():
         inst2 = make_instance(2)
@@ -294,8 +293,7 @@ def main():
             expect(inst.name in lab.domains() and
                    inst2.name not in lab.domains(),
                    'domains after cleanup: %s' % lab.domains())
-    check('nova: a second guest on the same mdev is refused (and its '
-          "cleanup keeps the first guest's mdev)", second,
+    check('second', second,
           raises=(exception.ComputeResourcesUnavailable,
                   ['in use by the running guest']))
 
@@ -313,13 +311,12 @@ def main():
         expect(after == before, 'before %s, after %s' % (before, after))
         return 'domain gone, mdev gone; available_instances back to %d' % (
             after['available'])
-    check('nova: destroy() (the delete path) removes the guest and the '
-          'mdev, available_instances is back', delete)
+    check('destroy', delete)
 
     handle_reused(lab, handles[0])
     resumed(lab, handles[0])
     bad_input(lab, handles[0])
-    return 0 if all(results) else 1
+    return check.finish()
 
 
 def handle_reused(lab, handle):
@@ -359,8 +356,7 @@ def handle_reused(lab, handle):
         expect(not lab.ledger(), 'still recorded: %s' % lab.ledger())
         return ("mdev %s kept for the second guest through the first "
                 "one's cleanup, removed with the second" % mdev_uuid)
-    check("nova: an attach handle freed by one instance and bound to the "
-          "next: the first one's cleanup keeps the second one's mdev", run)
+    check('reused', run)
 
 
 def say(msg):
@@ -462,15 +458,14 @@ def resumed(lab, handle):
                'before %s, after %s' % (before, lab.state()))
         return ('libvirtd restarted in %.0fs; the guest runs again with '
                 'mdev %s, persistent again' % (restarted, mdev_uuid))
-    check('nova: the resume path after a libvirtd restart, with the mdev '
-          'and its definition gone, brings the guest back with it', run)
+    check('resumed', run)
 
 
 def bad_input(lab, handle):
     drv = lab.drv
 
-    def leaves_nothing(name, changes, raises, arq_changes=None):
-        inst = make_instance(10 + len(results))
+    def leaves_nothing(key, n, changes, raises, arq_changes=None):
+        inst = make_instance(n)
         arq = make_arq(handle, inst, **changes)
         arq.update(arq_changes or {})
 
@@ -485,18 +480,15 @@ def bad_input(lab, handle):
                 expect(after == before, 'left behind: before %s, after %s'
                        % (before, after))
                 expect(not lab.ledger(inst), 'recorded: %s' % lab.ledger())
-        check('nova: bad input, %s: a clear error, nothing left behind'
-              % name, run, raises=raises)
+        check(key, run, raises=raises)
 
-    leaves_nothing('an attach_handle_uuid that is no uuid', {},
+    leaves_nothing('bad_uuid', 10, {},
                    (exception.InvalidAcceleratorRequest,
                     ['attach_handle_uuid', 'not-a-uuid']),
                    {'attach_handle_uuid': 'not-a-uuid'})
-    leaves_nothing('a type the parent lacks (mtty-9)',
-                   {'asked_type': 'mtty-9'},
+    leaves_nothing('bad_type', 11, {'asked_type': 'mtty-9'},
                    (exception.NovaException, ['mtty-9']))
-    leaves_nothing('a parent that does not exist (nosuch)',
-                   {'parent_name': 'nosuch'},
+    leaves_nothing('bad_parent', 12, {'parent_name': 'nosuch'},
                    (exception.NovaException, ['nosuch']))
 
     # An mdev uuid that real libvirt does not know: a guest composed with
@@ -514,8 +506,7 @@ def bad_input(lab, handle):
             after = lab.state()
             expect(after == before, 'left behind: before %s, after %s' % (
                 before, after))
-    check('nova: bad input, an mdev uuid libvirt does not know: the guest '
-          'is refused, nothing left behind', unknown,
+    check('unknown', unknown,
           raises=(libvirt.libvirtError, ['not found']))
 
     # The uuid of an existing mdev of another type: refused, and that mdev
@@ -537,8 +528,7 @@ def bad_input(lab, handle):
                 f.write('1')
             expect(kept, 'the mtty-1 mdev was removed')
             expect(not lab.ledger(inst), 'recorded: %s' % lab.ledger())
-    check('nova: bad input, the uuid of an existing mdev of another type: '
-          'a clear error, that mdev kept', taken,
+    check('taken', taken,
           raises=(exception.InvalidAcceleratorRequest,
                   ['attach_handle_uuid', 'mtty-1']))
 
@@ -576,8 +566,7 @@ def bad_input(lab, handle):
                     f.write('1')
             expect(kept, 'Nova removed the mtty-1 mdev it did not make')
             expect(not lab.ledger(inst), 'recorded: %s' % lab.ledger())
-    check('nova: bad input, the uuid of an mdev libvirt lists only after '
-          "Nova's listing: a clear error, that mdev kept", unlisted,
+    check('unlisted', unlisted,
           raises=(exception.NovaException, [arq22['attach_handle_uuid']]))
     print('after: %s' % lab.state(), flush=True)
 

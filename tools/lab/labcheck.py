@@ -1,7 +1,10 @@
 """Named checks for the tier-2 guest scripts (stdlib only).
 
 Each check prints one line, "PASS <name> (<seconds>s): <detail>" or
-"FAIL <name> (<seconds>s): <why>"; tools/lab/run.py counts them.
+"FAIL <name> (<seconds>s): <why>"; tools/lab/run.py counts them against
+the scripts' plans (plans.py). A script reports its checks by key through
+Checks, and ends with Checks.finish(), whose "END <script>" line says that
+it ran to its end.
 """
 
 import subprocess
@@ -71,3 +74,30 @@ def sh(*cmd):
 def read(path):
     with open(path) as f:
         return f.read().strip()
+
+
+class Checks:
+    """The planned checks of one script (plans.TIER2[script]), run by key."""
+
+    def __init__(self, script, plan):
+        self.script = script
+        self.plan = plan
+        self.done = {}
+
+    def __call__(self, key, fn, raises=None):
+        """check() the planned check `key`; returns what check() does."""
+        value = check(self.plan[key], fn, raises=raises)
+        self.done[key] = results[-1]
+        return value
+
+    def finish(self, why=None):
+        """Report each planned check that did not run as a FAIL (why: the
+        reason), then the END line; returns the script's exit code."""
+        for key, name in self.plan.items():
+            if key not in self.done:
+                results.append(False)
+                print('FAIL %s (0.00s): not run: %s' % (
+                    name, why or 'the script did not get to it'),
+                    flush=True)
+        print('END %s' % self.script, flush=True)
+        return 0 if all(results) else 1

@@ -14,16 +14,19 @@ tier2  the patched Cyborg and Nova code on a real kernel mdev (the mtty
 tier3  both series deployed as a cloud (MariaDB, RabbitMQ, Keystone,
        Glance, Placement, Neutron's API, Nova, Cyborg) whose compute host is
        that guest (nova-compute, cyborg-agent), and an operator's day with
-       the openstack client (tier3.py, cloud.py, cloud-guest.sh,
-       cloud-probe.sh, qga.py, cloud/*.conf; build/venvs/lab-cloud from
-       constraints/lab-cloud.txt).
+       the openstack client (tier3.py, days.py, steps.py, cloudapi.py,
+       cloud.py, cloud-guest.sh, cloud-probe.sh, qga.py, cloud/*.conf;
+       build/venvs/lab-cloud from constraints/lab-cloud.txt).
 
 Needs root and apt-get (Debian 12): it installs the distribution packages
 it lacks, makes build/venvs/lab (the nova venv + real libvirt-python) and
 builds the guest under build/lab/, reusing all of it when present. Needs
 the trees and venvs of `python3 tools/series materialize/venv`.
-One line per check, "PASS name (seconds)" or "FAIL name (seconds): why";
-exits 1 on a failure.
+Each tier's checks are planned before it runs (tier1.py --plan, plans.py,
+tier3.py --plan): one line per planned check, "PASS name (seconds)..." or
+"FAIL name (seconds): why", always; a check that could not run is a FAIL
+that says why ("not run: the lab could not be set up: ..."). The last line
+is the count; exits 1 on a failure.
 """
 
 import os
@@ -36,6 +39,9 @@ import threading
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import plans  # noqa: E402
+
 ROOT = HERE.parent.parent
 BUILD = ROOT / 'build'
 LAB = BUILD / 'lab'
@@ -63,48 +69,97 @@ LAB_CLOUD_CONSTRAINTS = ROOT / 'constraints' / 'lab-cloud.txt'
 TIER3_TIMEOUT = 1500
 
 
-class Tally:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-        self.failures = []
-
-    def add(self, ok, name):
-        if ok:
-            self.passed += 1
-        else:
-            self.failed += 1
-            self.failures.append(name)
+# A check's line: "PASS name (1.2s): detail" or "FAIL name (0.0s): why".
+LINE = re.compile(r'^(PASS|FAIL) (.*?) \([0-9.]+s\)(:.*)?$')
 
 
-def count(tally, line, prefix=''):
-    """Count a "PASS name (Ns)..." / "FAIL name (Ns): ..." line; print it."""
-    print('   ' + line.rstrip(), flush=True)
-    m = re.match(r'^(PASS|FAIL) (.*?) \([0-9.]+s\)(:.*)?$', line.rstrip())
-    if m:
-        tally.add(m.group(1) == 'PASS', prefix + m.group(2))
+class Planned:
+    """The planned checks of a tier (or of one script of it), each counted
+    once from the PASS/FAIL line that names it: a planned check that
+    printed none is a FAIL "not run: why", and a line naming a check
+    outside the plan is a FAIL too (the plan is out of date)."""
+
+    def __init__(self, label, names):
+        self.label = label
+        self.names = list(names)
+        self.seen = {}
+
+    def line(self, line):
+        """Print a line of the tier's output, noting a check's result."""
+        line = line.rstrip()
+        print('   ' + line, flush=True)
+        m = LINE.match(line)
+        if m:
+            self.seen.setdefault(m.group(2), m.group(1) == 'PASS')
+
+    def count(self, tally, why):
+        """Add every planned check to tally; why: why a check did not run
+        (said for each check that printed no line)."""
+        for name in self.names:
+            ok = self.seen.get(name)
+            if ok is None:
+                print('   FAIL %s (0.0s): not run: %s' % (name, why),
+                      flush=True)
+            if ok:
+                tally.passed += 1
+            else:
+                tally.fail('%s: %s' % (self.label, name))
+        for name in self.seen:
+            if name not in self.names:
+                print('   FAIL %s: not in the plan of %s' % (
+                    name, self.label), flush=True)
+                tally.fail('%s: %s (not in its plan)' % (self.label, name))
+
+
+def read_plan(script):
+    """The planned checks of a lab script (`script --plan`, run with this
+    python: its module level is standard library only), or None."""
+    p = subprocess.run([sys.executable, str(script), '--plan'],
+                       capture_output=True, text=True)
+    if p.returncode:
+        print('   %s --plan failed: %s' % (script.name, p.stderr.strip()[
+            -600:]), flush=True)
+        return None
+    return p.stdout.splitlines()
+
+
+def last_line(path):
+    lines = [ln for ln in tail(path) if ln.strip()]
+    return lines[-1].strip()[:300] if lines else '(empty)'
+
+
+def tail(path, n=20):
+    try:
+        return pathlib.Path(path).read_text(
+            errors='replace').splitlines()[-n:]
+    except OSError:
+        return []
 
 
 def say(msg):
     print(msg, flush=True)
 
 
-def tox_env(env_name):
+def testsel():
     sys.path.insert(0, str(HERE.parent))
     import testsel
-    return testsel.tox_setenv(NOVA_TREE, env_name)
+    return testsel
 
 
 def tier1(tally):
+    say('== lab tier1: Nova\'s Cyborg mdev XML against libvirt\'s schemas')
+    names = read_plan(HERE / 'tier1.py')
+    if names is None:
+        tally.fail('lab tier1: its plan could not be read (tier1.py --plan)')
+        return
+    plan = Planned('lab tier1', names)
     python = VENVS / 'nova' / 'bin' / 'python'
     if not python.exists():
-        tally.add(False, 'tier1: the nova venv exists (run python3 '
-                  'tools/series materialize nova && python3 tools/series '
-                  'venv nova)')
+        plan.count(tally, 'no nova venv (python3 tools/series materialize '
+                   'nova && python3 tools/series venv nova)')
         return
-    say('== lab tier1: Nova\'s Cyborg mdev XML against libvirt\'s schemas')
     start = time.time()
-    env = dict(os.environ, **tox_env('functional'))
+    env = dict(os.environ, **testsel().tox_setenv(NOVA_TREE, 'functional'))
     env.update(VIRTUAL_ENV=str(VENVS / 'nova'), OS_STDOUT_CAPTURE='1',
                OS_STDERR_CAPTURE='1', NOVA_RAISE_ON_GREENLET_LEAK='True',
                OS_NOVA_DISABLE_EVENTLET_PATCHING='False')
@@ -115,11 +170,10 @@ def tier1(tally):
             [str(python), str(HERE / 'tier1.py')], cwd=NOVA_TREE, env=env,
             stdout=subprocess.PIPE, stderr=err, text=True)
         for line in proc.stdout:
-            count(tally, line)
+            plan.line(line)
         rc = proc.wait()
-    if rc and not tally.failures:
-        tally.add(False, 'tier1: tier1.py exit %d, see %s' % (rc, log))
-        say(''.join(open(log).readlines()[-20:]))
+    plan.count(tally, 'tier1.py stopped before it (exit %d); %s: %s' % (
+        rc, log.relative_to(ROOT), last_line(log)))
     say('   tier1 took %ds (log: %s)' % (time.time() - start,
                                          log.relative_to(ROOT)))
 
@@ -219,15 +273,26 @@ def warm_bytecode():
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+# tier 2's checks made on the host, besides the guest scripts' own
+RAN = 'tier2: %s ran to its end'
+FINISHED = 'tier2: the guest finished before its watchdog'
+
+
 def tier2(tally):
     say('== lab tier2: Cyborg and Nova on a real kernel mdev (mtty) with '
         'real libvirt, in a TCG guest')
     start = time.time()
+    scripts = {script: Planned('lab tier2', names.values())
+               for script, names in plans.TIER2.items()}
+    host = Planned('lab tier2', [RAN % s for s in plans.TIER2] + [FINISHED])
+
+    def not_run(why):
+        for plan in list(scripts.values()) + [host]:
+            plan.count(tally, why)
     for venv in ('nova', 'cyborg'):
         if not (VENVS / venv / 'bin' / 'python').exists():
-            tally.add(False, 'tier2: the %s venv exists (run python3 '
-                      'tools/series materialize %s && python3 tools/series '
-                      'venv %s)' % (venv, venv, venv))
+            not_run('no %s venv (python3 tools/series materialize %s && '
+                    'python3 tools/series venv %s)' % (venv, venv, venv))
             return
     try:
         t_apt = apt_install(TIER2_PACKAGES)
@@ -240,8 +305,8 @@ def tier2(tally):
                         str(LAB / 'guest')], check=True)
         t_build = time.time() - t
     except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
-        tally.add(False, 'tier2: lab set up (%s)' % str(e).splitlines()[0])
-        say('   FAIL tier2: lab set up: %s' % e)
+        say('   the lab could not be set up: %s' % e)
+        not_run('the lab could not be set up: %s' % str(e).splitlines()[0])
         return
     say('   set up: apt %.0fs, lab venv %.0fs, guest build %.0fs' % (
         t_apt, t_venv, t_build))
@@ -274,46 +339,51 @@ def tier2(tally):
             say('   the guest was killed after %ds' % (WATCHDOG + 60))
     t_guest = time.time() - t
 
-    lines = []
-    for name in ('report.txt', 'cyborg.txt', 'nova.txt'):
-        if (out / name).exists():
-            lines += (out / name).read_text().splitlines()
-    exits = {}
-    fails = {}
-    for line in lines:
-        m = re.match(r'^EXIT (\S+) (\d+)$', line)
-        if m:
-            exits[m.group(1)] = int(m.group(2))
-            continue
-        count(tally, line, 'tier2 ')
-    for script, prefix in (('guest_cyborg.py', 'cyborg:'),
-                           ('guest_nova.py', 'nova:')):
-        fails[script] = any(
-            line.startswith('FAIL ' + prefix) for line in lines)
-        rc = exits.get(script)
-        ok = rc == 0 or (rc is not None and fails[script])
-        tally.add(ok, 'tier2: %s ran to its end' % script)
-        say('   %s tier2: %s ran to its end (exit %s)' % (
-            'PASS' if ok else 'FAIL', script, rc))
-        if not ok:
-            say('   its log:')
-            log = out / ('%s.log' % script.split('_')[1][:-3])
-            if log.exists():
-                say(''.join('      ' + x for x in
-                            log.read_text().splitlines(True)[-15:]))
-    finished = (out / 'finished').exists()
-    tally.add(finished, 'tier2: the guest finished before its watchdog')
-    say('   %s tier2: the guest finished before its watchdog (%ds)' % (
-        'PASS' if finished else 'FAIL', t_guest))
-    if not finished:
-        say('   console (%s):' % (LAB / 'console.log'))
-        say(''.join('      ' + x for x in (
-            LAB / 'console.log').read_text(errors='replace').splitlines(
-                True)[-15:]))
+    count_guest(out, t_guest, scripts, host, tally)
     say('   tier2 took %ds: apt %.0fs, lab venv %.0fs, guest build %.0fs, '
         'bytecode %.0fs, guest run %.0fs (logs: %s)' % (
             time.time() - start, t_apt, t_venv, t_build, t_warm, t_guest,
             out.relative_to(ROOT)))
+
+
+def count_guest(out, t_guest, scripts, host, tally):
+    """Count what the tier-2 guest wrote to `out`: each script's planned
+    checks, whether it ran to its end, whether the guest finished."""
+    for line in tail(out / 'report.txt', 200):
+        say('   ' + line)
+    for script, plan in scripts.items():
+        name = script.split('_')[1][:-3]        # cyborg, nova
+        exit_code, ended = None, False
+        for line in tail(out / ('%s.txt' % name), 10000):
+            m = re.match(r'^EXIT (\S+) (\d+)$', line)
+            if m:
+                exit_code = int(m.group(2))
+            elif line == 'END %s' % script:
+                ended = True
+            else:
+                plan.line(line)
+        log = out / ('%s.log' % name)
+        # (exit 1: a check failed; anything else, or no END line: it
+        # stopped before its end)
+        ran = ended and exit_code in (0, 1)
+        host.line('%s %s (0.0s): exit %s%s' % (
+            'PASS' if ran else 'FAIL', RAN % script, exit_code,
+            '' if ran else ', %s; %s: %s' % (
+                'no END line' if not ended else 'an error',
+                log.name, last_line(log))))
+        if not ran:
+            say('   its log (%s):' % log)
+            say(''.join('      ' + x + '\n' for x in tail(log, 15)))
+        plan.count(tally, 'the guest did not run %s' % script
+                   if exit_code is None else
+                   '%s stopped before it (exit %s); %s: %s' % (
+                       script, exit_code, log.name, last_line(log)))
+    finished = (out / 'finished').exists()
+    console = out.parent / 'console.log'
+    host.line('%s %s (%ds)%s' % (
+        'PASS' if finished else 'FAIL', FINISHED, t_guest,
+        '' if finished else ': console.log: %s' % last_line(console)))
+    host.count(tally, 'the guest did not run')
 
 
 def series_tool():
@@ -386,12 +456,17 @@ def lab_cloud_venv():
 def tier3(tally):
     say('== lab tier3: both series as a cloud, an operator\'s day with the '
         'openstack client, on a real mdev in a TCG guest')
+    names = read_plan(HERE / 'tier3.py')
+    if names is None:
+        tally.fail('lab tier3: its plan could not be read (tier3.py --plan)')
+        return
+    plan = Planned('lab tier3', names)
     start = time.time()
     for venv in ('nova', 'cyborg'):
         if not (VENVS / venv / 'bin' / 'python').exists():
-            tally.add(False, 'tier3: the %s venv exists (run python3 '
-                      'tools/series materialize %s && python3 tools/series '
-                      'venv %s)' % (venv, venv, venv))
+            plan.count(tally, 'no %s venv (python3 tools/series materialize '
+                       '%s && python3 tools/series venv %s)' % (
+                           venv, venv, venv))
             return
     try:
         t_apt = apt_install(TIER2_PACKAGES + TIER3_PACKAGES)
@@ -404,43 +479,40 @@ def tier3(tally):
                         str(LAB / 'guest')], check=True)
         t_build = time.time() - t
     except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
-        tally.add(False, 'tier3: lab set up (%s)' % str(e).splitlines()[0])
-        say('   FAIL tier3: lab set up: %s' % e)
+        say('   the lab could not be set up: %s' % e)
+        plan.count(tally, 'the lab could not be set up: %s' %
+                   str(e).splitlines()[0])
         return
     say('   set up: apt %.0fs, venvs %.0fs, guest build %.0fs' % (
         t_apt, t_venv, t_build))
     t = time.time()
-    counted = Tally()
     proc = subprocess.Popen(
         [str(VENVS / 'lab-cloud' / 'bin' / 'python'),
          str(HERE / 'tier3.py')], cwd=ROOT, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)
-    # tier3.py stops the cloud on SIGTERM (its day fails "interrupted"):
-    # sent when the day takes too long, or on Ctrl-C (which it gets too)
+    # tier3.py stops the cloud on SIGTERM (its checks fail "interrupted"):
+    # sent when the days take too long, or on Ctrl-C (which it gets too)
     watchdog = threading.Timer(TIER3_TIMEOUT, proc.terminate)
     watchdog.start()
     try:
         for line in proc.stdout:
-            count(counted, line)
+            plan.line(line)
         rc = proc.wait()
     except KeyboardInterrupt:
         proc.terminate()
         killer = threading.Timer(120, proc.kill)
         killer.start()
         for line in proc.stdout:        # what its teardown says
-            count(counted, line)
+            plan.line(line)
         proc.wait()
         killer.cancel()
+        plan.count(tally, 'interrupted')
         raise
     finally:
         watchdog.cancel()
-    for name in counted.failures:
-        tally.add(False, 'tier3 ' + name)
-    tally.passed += counted.passed
-    if rc and not counted.failures:
-        tally.add(False, 'tier3: tier3.py exit %d' % rc)
+    plan.count(tally, 'tier3.py stopped before it (exit %d)' % rc)
     say('   tier3 took %ds: apt %.0fs, venvs %.0fs, guest build %.0fs, the '
-        'cloud and the day %.0fs (logs: build/lab/cloud/log, '
+        'cloud and the days %.0fs (logs: build/lab/cloud/log, '
         'build/lab/cloud/guest; transcript: build/lab/cloud/transcript.txt)'
         % (time.time() - start, t_apt, t_venv, t_build, time.time() - t))
 
@@ -449,8 +521,8 @@ TIERS = {'tier1': tier1, 'tier2': tier2, 'tier3': tier3}
 
 
 def run(tiers=('tier1', 'tier2', 'tier3')):
-    """Run the tiers; return a Tally (for tools/testsel.py)."""
-    tally = Tally()
+    """Run the tiers; return their tools/testsel.py Tally."""
+    tally = testsel().Tally()
     for tier in tiers:
         TIERS[tier](tally)
     return tally
@@ -473,7 +545,7 @@ def main(argv):
         say('failures:')
         for f in tally.failures:
             say('   ' + f)
-    say('%d passed, %d failed' % (tally.passed, tally.failed))
+    say(tally.line())
     return 1 if tally.failed else 0
 
 

@@ -1,0 +1,265 @@
+"""The lab's counting: every planned check prints PASS or FAIL, always.
+
+Run by `make check` and `make check-suites`, or alone:
+    python3 -m unittest discover -s tools -p 'test_lab.py'
+"""
+
+import contextlib
+import importlib.util
+import io
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from unittest import mock
+
+HERE = pathlib.Path(__file__).resolve().parent
+LAB = HERE / 'lab'
+sys.path.insert(0, str(LAB))
+import days  # noqa: E402
+import plans  # noqa: E402
+import steps  # noqa: E402
+import tier1  # noqa: E402
+import tier3  # noqa: E402
+
+sys.path.insert(0, str(HERE))
+import testsel  # noqa: E402
+
+
+def load_run():
+    spec = importlib.util.spec_from_file_location('lab_run_test',
+                                                  LAB / 'run.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+run = load_run()
+
+
+def quietly(fn, *args):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        value = fn(*args)
+    return value, out.getvalue()
+
+
+def counts(tally):
+    return (tally.passed, tally.failed, tally.skipped, tally.xfail)
+
+
+class PlannedTest(unittest.TestCase):
+
+    def test_a_planned_check_that_printed_nothing_fails(self):
+        plan = run.Planned('lab tierX', ['a', 'b', 'c'])
+        tally = testsel.Tally()
+        _, out = quietly(lambda: [
+            plan.line('PASS a (1.0s): fine'),
+            plan.line('some log line'),
+            plan.line('FAIL b (0.2s): broken'),
+            plan.count(tally, 'the guest did not boot')])
+        self.assertEqual((1, 2, 0, 0), counts(tally))
+        self.assertIn('FAIL c (0.0s): not run: the guest did not boot', out)
+        self.assertEqual(['lab tierX: b', 'lab tierX: c'], tally.failures)
+
+    def test_a_check_outside_the_plan_fails(self):
+        plan = run.Planned('lab tierX', ['a'])
+        tally = testsel.Tally()
+        quietly(lambda: [plan.line('PASS a (1.0s)'),
+                         plan.line('PASS z (1.0s)'),
+                         plan.count(tally, '')])
+        self.assertEqual((1, 1, 0, 0), counts(tally))
+        self.assertEqual(['lab tierX: z (not in its plan)'], tally.failures)
+
+    def test_every_tier_has_a_plan_of_named_checks(self):
+        for script in ('tier1.py', 'tier3.py'):
+            names, _ = quietly(run.read_plan, LAB / script)
+            self.assertTrue(names, script)
+            self.assertEqual(len(names), len(set(names)), script)
+
+
+class Tier1Test(unittest.TestCase):
+
+    def test_documents_apart_only_by_nova_creation_time_are_one(self):
+        doc = ('<domain type="kvm"><metadata><nova:instance><nova:'
+               'creationTime>2026-11-25 22:00:%02d</nova:creationTime>'
+               '</nova:instance></metadata></domain>')
+        recorded = [('test_a', 'domain', doc % 1),
+                    ('test_a', 'domain', doc % 2),     # a second later
+                    ('test_a', 'nodedev', '<device/>'),
+                    ('test_b', 'domain', doc.replace('kvm', 'qemu') % 3)]
+        self.assertEqual([recorded[0], recorded[2], recorded[3]],
+                         tier1.distinct(recorded))
+
+    def test_one_check_per_kind_of_document(self):
+        self.assertEqual(9, len(tier1.PLAN))
+        self.assertEqual(1, len([n for n in tier1.PLAN
+                                 if 'every domain XML' in n]))
+
+
+class Tier2Test(unittest.TestCase):
+    """tools/lab/run.py's tier 2, with the guest's output made up."""
+
+    def setUp(self):
+        self.out = pathlib.Path(tempfile.mkdtemp(prefix='lab-test-')) / 'out'
+        self.out.mkdir()
+        self.addCleanup(shutil.rmtree, self.out.parent, ignore_errors=True)
+        self.tally = testsel.Tally()
+        self.scripts = {s: run.Planned('lab tier2', names.values())
+                        for s, names in plans.TIER2.items()}
+        self.host = run.Planned(
+            'lab tier2', [run.RAN % s for s in plans.TIER2] + [run.FINISHED])
+        self.planned = sum(len(n) for n in plans.TIER2.values()) + 3
+
+    def write(self, name, lines):
+        (self.out / name).write_text('\n'.join(lines) + '\n')
+
+    def count(self):
+        _, out = quietly(run.count_guest, self.out, 10, self.scripts,
+                         self.host, self.tally)
+        return out
+
+    def test_a_script_that_crashed_after_one_fail_did_not_run_to_its_end(
+            self):
+        cyborg = plans.TIER2['guest_cyborg.py']
+        self.write('cyborg.txt', ['PASS %s (0.1s): ok' % n
+                                  for n in cyborg.values()] +
+                   ['END guest_cyborg.py', 'EXIT guest_cyborg.py 0'])
+        first = plans.TIER2['guest_nova.py']['handles']
+        # a traceback after one FAIL: python exits 1, no END line
+        self.write('nova.txt', ['FAIL %s (0.1s): no file' % first,
+                                'EXIT guest_nova.py 1'])
+        self.write('nova.log', ['Traceback (most recent call last):',
+                                'KeyError: boom'])
+        (self.out / 'finished').write_text('ok\n')
+        out = self.count()
+        self.assertIn('FAIL tier2: guest_nova.py ran to its end (0.0s): '
+                      'exit 1, no END line; nova.log: KeyError: boom', out)
+        self.assertIn('PASS tier2: guest_cyborg.py ran to its end', out)
+        nova = len(plans.TIER2['guest_nova.py'])
+        self.assertEqual((len(cyborg) + 1 + 1, nova + 1, 0, 0),
+                         counts(self.tally))
+        self.assertIn('not run: guest_nova.py stopped before it (exit 1); '
+                      'nova.log: KeyError: boom', out)
+
+    def test_a_guest_that_never_ran_fails_every_planned_check(self):
+        self.count()
+        self.assertEqual((0, self.planned, 0, 0), counts(self.tally))
+
+    def test_a_lab_that_cannot_be_set_up_fails_every_planned_check(self):
+        def apt_fails(packages):
+            raise RuntimeError('apt-get install failed: no network')
+        with mock.patch.object(run, 'apt_install', apt_fails):
+            _, out = quietly(run.tier2, self.tally)
+        self.assertEqual((0, self.planned, 0, 0), counts(self.tally))
+        self.assertIn('not run: the lab could not be set up: apt-get '
+                      'install failed: no network', out)
+
+
+class FakeSteps:
+    """Steps whose server never boots; every other step passes."""
+
+    def __getattr__(self, name):
+        def step(*args, **kwargs):
+            if name == 'boot':
+                raise steps.Failed('vm1 went to ERROR')
+            return name
+        return step
+
+
+class Tier3Test(unittest.TestCase):
+
+    def setUp(self):
+        patcher = mock.patch.object(days, 'show_logs', lambda logs: None)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+    def count_day(self, fn):
+        plan = run.Planned('lab tier3', tier3.plan())
+        tally = testsel.Tally()
+        _, out = quietly(fn)
+        for line in out.splitlines():
+            quietly(plan.line, line)
+        quietly(plan.count, tally, 'tier3.py stopped before it')
+        return tally, out
+
+    def test_checks_that_need_a_server_that_did_not_boot_fail_not_run(self):
+        tally, out = self.count_day(
+            lambda: days.OperatorsDay(FakeSteps()).run())
+        needs_boot = [c for c in days.OperatorsDay.CHECKS
+                      if 'boot' in c.needs]
+        self.assertGreater(len(needs_boot), 10)
+        for c in needs_boot:
+            self.assertIn('FAIL %s (0.0s): not run: it needs "%s", which '
+                          'failed' % (c.name, days.OperatorsDay.CHECKS[1]
+                                      .name), out)
+        # the day's checks that need no server ran; teardown not printed
+        self.assertEqual(len(tier3.plan()), tally.passed + tally.failed)
+        self.assertEqual(1 + len(needs_boot) + 1, tally.failed)
+
+    def test_a_cloud_that_did_not_start_fails_every_planned_check(self):
+        def start_fails(lab):
+            raise RuntimeError('port 5000 on 127.0.0.1 is taken')
+        with mock.patch.object(tier3, 'start', start_fails):
+            tally, out = self.count_day(lambda: tier3.run_days(None))
+        self.assertEqual((0, len(tier3.plan()), 0, 0), counts(tally))
+        self.assertIn('not run: the cloud did not start: RuntimeError: port '
+                      '5000 on 127.0.0.1 is taken', out)
+
+    def test_every_day_starts_with_a_header_naming_its_versions(self):
+        for day in days.DAYS:
+            self.assertRegex(day.header(), r'^day: .*, nova \d+\.\d+\.\d+ '
+                             r'\+ patches/\w+, cyborg \d+\.\d+\.\d+ \+ '
+                             r'patches/cyborg$')
+
+
+@unittest.skipUnless(shutil.which('qemu-system-x86_64'),
+                     'no qemu-system-x86_64 (the lab installs it)')
+class BootSectorTest(unittest.TestCase):
+    """The servers' boot sector answers the ACPI power button, as the
+    soft reboot check needs: shown here with QEMU alone (TCG)."""
+
+    def test_it_powers_off_when_the_power_button_is_pressed(self):
+        tmp = pathlib.Path(tempfile.mkdtemp(prefix='lab-test-'))
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        disk, serial, qmp = tmp / 'disk', tmp / 'serial', tmp / 'qmp'
+        disk.write_bytes(steps.boot_sector('lab image test'))
+        os.truncate(disk, 1 << 20)
+        qemu = subprocess.Popen([
+            'qemu-system-x86_64', '-machine', 'pc', '-accel', 'tcg', '-m',
+            '32', '-display', 'none', '-no-user-config', '-drive',
+            'file=%s,format=raw,if=virtio' % disk, '-serial',
+            'file:%s' % serial, '-qmp', 'unix:%s,server=on,wait=off' % qmp])
+        self.addCleanup(qemu.kill)
+
+        def console():
+            return serial.read_text() if serial.exists() else ''
+        for _ in range(600):
+            if steps.ARMED in console() or qemu.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.assertIn('lab image test: ready, power button armed',
+                      console())
+        time.sleep(1)
+        self.assertIsNone(qemu.poll(), 'it powered off by itself')
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(qmp))
+            f = s.makefile('rw')
+            f.readline()
+            for command in ('qmp_capabilities', 'system_powerdown'):
+                f.write(json.dumps({'execute': command}) + '\n')
+                f.flush()
+                f.readline()
+        self.assertEqual(0, qemu.wait(60))
+        self.assertIn('lab image test: power button pressed, powering off',
+                      console())
+
+
+if __name__ == '__main__':
+    unittest.main()
