@@ -187,20 +187,37 @@ def missing_packages(packages):
     return [p for p in packages if p not in installed]
 
 
+POLICY_RC_D = pathlib.Path('/usr/sbin/policy-rc.d')
+
+
 def apt_install(packages):
-    """Install what is missing; returns the seconds it took."""
+    """Install what is missing; returns the seconds it took. The packages'
+    services are not started (policy-rc.d, while apt-get runs, unless the
+    host has its own): the lab runs its own MariaDB and RabbitMQ, and a
+    system RabbitMQ would hold the port the lab's needs."""
     start = time.time()
     missing = missing_packages(packages)
     if missing:
         say('   apt-get install %s' % ' '.join(missing))
         env = dict(os.environ, DEBIAN_FRONTEND='noninteractive')
-        for cmd in (['apt-get', 'update', '-q'],
-                    ['apt-get', 'install', '-y', '-q',
-                     '--no-install-recommends'] + missing):
-            p = subprocess.run(cmd, env=env, capture_output=True, text=True)
-            if p.returncode:
-                raise RuntimeError('%s failed:\n%s' % (
-                    ' '.join(cmd[:3]), (p.stdout + p.stderr)[-1500:]))
+        ours = not POLICY_RC_D.exists()
+        if ours:
+            POLICY_RC_D.write_text('#!/bin/sh\n# tools/lab/run.py: no '
+                                   'service starts while it installs\n'
+                                   'exit 101\n')
+            POLICY_RC_D.chmod(0o755)
+        try:
+            for cmd in (['apt-get', 'update', '-q'],
+                        ['apt-get', 'install', '-y', '-q',
+                         '--no-install-recommends'] + missing):
+                p = subprocess.run(cmd, env=env, capture_output=True,
+                                   text=True)
+                if p.returncode:
+                    raise RuntimeError('%s failed:\n%s' % (
+                        ' '.join(cmd[:3]), (p.stdout + p.stderr)[-1500:]))
+        finally:
+            if ours:
+                POLICY_RC_D.unlink()
     return time.time() - start
 
 
