@@ -11,6 +11,7 @@ import tempfile
 import textwrap
 import types
 import unittest
+from unittest import mock
 
 HERE = pathlib.Path(__file__).resolve().parent
 TOP = HERE.parent
@@ -209,6 +210,49 @@ class VerifyResultsTest(unittest.TestCase):
                                'materialize nova']),
              ('0002-b.patch', ['not verified: no build/nova: tools/series '
                                'materialize nova'])], results)
+
+
+class CheckTest(unittest.TestCase):
+    """The test command goes on past a series it cannot make."""
+
+    def test_a_series_that_cannot_be_materialized_fails_what_it_holds(self):
+        class Error(Exception):
+            pass
+
+        class Broken:
+            name = 'nova'
+
+            def materialize(self):
+                raise Error('patch 0002-b.patch does not apply to '
+                            'build/nova')
+
+            def make_venv(self):
+                raise AssertionError('no venv for a tree that failed')
+
+            def verify(self):
+                raise Error('no build/nova: tools/series materialize nova')
+
+            def series(self):
+                return [pathlib.Path('0001-a.patch'),
+                        pathlib.Path('0002-b.patch')]
+
+        import preflight
+        out = []
+        with mock.patch.object(preflight, 'problems', lambda lab: []), \
+                mock.patch.object(preflight, 'summary', lambda lab: ''), \
+                mock.patch.object(testsel, 'run_tool_tests',
+                                  testsel.Tally), \
+                mock.patch('builtins.print',
+                           lambda *a, **k: out.append(' '.join(
+                               str(x) for x in a))):
+            rc = testsel.check([Broken()], Error, lab=False)
+        self.assertEqual(1, rc)
+        self.assertEqual('0 passed, 5 failed, 0 skipped, 0 expected '
+                         'failures', out[-1])
+        self.assertIn('   nova: patch 0002-b.patch does not apply to '
+                      'build/nova', out)
+        self.assertIn('   nova unit: not run: build/nova or its venv could '
+                      'not be made (see above)', out)
 
 
 if __name__ == '__main__':

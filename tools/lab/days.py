@@ -14,7 +14,7 @@ import time
 import traceback
 
 import cloud
-from cloudapi import Failed, log_path, say
+from cloudapi import elapsed, Failed, log_path, say
 
 REFUSED = ['Feature not supported with instances that have accelerators.']
 
@@ -110,7 +110,7 @@ class Day:
             for c in self.CHECKS:
                 if c.key not in self.passed:
                     self.run_check(c.key)
-                    say('   %s' % time.strftime('%H:%M:%S'))
+                    say('   %s' % elapsed())
         except KeyboardInterrupt:
             self.stop('interrupted')
             raise
