@@ -437,6 +437,7 @@ class Steps:
                    '(%s)' % (name, got, image, self.images[image]))
             details.append('console: "%s"' % self.wait_console(
                 name, '%s: ready' % IMAGES[image]))
+            self.op('console log show --lines 2 %s' % name, fmt=None)
         return '%s (%ds)' % ('; '.join(details), time.monotonic() - t)
 
     def soft_reboot(self, name):
@@ -465,6 +466,7 @@ class Steps:
         expect(after != before, 'QEMU of %s is still process %s: the guest '
                'was not restarted' % (domain, before))
         again = self.wait_console(name, ARMED)
+        self.op('console log show --lines 2 %s' % name, fmt=None)
         return ('console before: "%s"; nova-compute: "%s"; QEMU pid %s -> '
                 '%s; console after: "%s"; %s (%ds)' % (
                     armed, soft[0].split('] ', 1)[-1].strip(), before, after,
