@@ -7,21 +7,22 @@ Run from the nova34 tree with its venv:
 
 What a spawn (and a hard reboot, a power on) does for the guest's devices
 with N MDEV ARQs: _allocate_cyborg_mdevs() (the mdev of each ARQ, made if it
-does not exist; with the series also its entry in the host's record of
-Cyborg mdevs, written atomically with fsync under a temporary state_path)
-and _get_guest_config() with those mdevs. Three cases, 8 MDEV ARQs each:
+does not exist; with the series also the instance's claims on them, saved
+in its system metadata: the save is a database write, counted here as one
+instance.save() call but not timed, since this host has no database) and
+_get_guest_config() with those mdevs. Three cases, 8 MDEV ARQs each:
 
 * _get_guest_config() alone, the mdevs made beforehand;
 * both, new mdevs (a first spawn): all 8 are made. Between calls, and
   outside the timing, the mdevs are removed from the fake host (and, for
-  the series, from its record);
+  the series, the instance's claims dropped);
 * both, existing mdevs (a hard reboot, a power on): all 8 exist.
 
 The series' driver is the tree's; the pristine one is
 nova/virt/libvirt/driver.py of the nova 34.0.0 sdist in build/cache/, loaded
 as a separate module on the same fakelibvirt host (the series' other
 changes, config.py and host.py, only add to what it calls). Each round times
-both (wall time, which counts the fsyncs; alternating order, garbage
+both (wall time; alternating order, garbage
 collection off) and gives one ratio; the median of the rounds' ratios is the
 result (target: at most 1.05), the ratio of the best times is printed
 beside it. The series' removal of the 8 mdevs when the instance leaves,
@@ -90,7 +91,8 @@ def mdev_arqs(count):
              'attach_handle_info': {
                  'domain': domain, 'bus': bus, 'device': device,
                  'function': function,
-                 'asked_type': fakelibvirt.NVIDIA_11_VGPU_TYPE}}
+                 'asked_type': fakelibvirt.NVIDIA_11_VGPU_TYPE,
+                 'mdev_owner': 'nova'}}
             for _ in range(count)]
 
 
@@ -98,9 +100,6 @@ class Bench(test_driver.LibvirtConnTestCase):
 
     def setUp(self):
         super().setUp()
-        # the series' record of Cyborg mdevs goes under [DEFAULT]
-        # state_path: a directory of this run's, never the tree
-        self.flags(state_path=self.useFixture(fixtures.TempDir()).path)
         self.conn = fakelibvirt.Connection(
             'qemu:///system', pci_info=fakelibvirt.HostPCIDevicesInfo(
                 num_pci=0, num_pfs=0, num_vfs=0, num_mdevcap=1))
@@ -122,6 +121,17 @@ class Bench(test_driver.LibvirtConnTestCase):
             drvr._host.get_connection = lambda: Counting()
             self.drivers[name] = drvr
         self.instance = objects.Instance(**self.test_instance)
+        self.instance.deleted = False
+        # the database write of the claims: counted, not timed
+        self.saves = 0
+
+        def save():
+            self.saves += 1
+        self.instance.save = save
+        for drvr in self.drivers.values():
+            drvr._host.get_node_uuid = lambda: uuids.node
+        self.drivers['series']._get_mdevs_held_by_others = (
+            lambda context, instance: {})
         self.instance.image_ref = uuids.image_ref
         self.instance.config_drive = ''
         self.image_meta = objects.ImageMeta.from_dict(self.test_image_meta)
@@ -129,7 +139,8 @@ class Bench(test_driver.LibvirtConnTestCase):
     def allocate(self, name, arqs):
         drvr = self.drivers[name]
         if name == 'series':
-            return drvr._allocate_cyborg_mdevs(self.instance, arqs)
+            return drvr._allocate_cyborg_mdevs(
+                self.context, self.instance, arqs)
         return drvr._allocate_cyborg_mdevs(arqs)
 
     def guest_config(self, name, arqs, mdevs):
@@ -142,16 +153,16 @@ class Bench(test_driver.LibvirtConnTestCase):
         return self.guest_config(name, arqs, self.allocate(name, arqs))
 
     def remove_mdevs(self, name):
-        """Untimed: the fake host (and the series' record) without mdevs."""
+        """Untimed: the fake host (and the series' claims) without mdevs."""
         for dev in list(self.conn.mdev_info.devices.values()):
             if dev.active:
                 dev.destroy()
             if dev.persistent:
                 dev.undefine()
         if name == 'series':
-            ledger = self.drivers[name]._get_cyborg_mdev_ledger()
-            for mdev in list(ledger.of_instance(self.instance.uuid)):
-                ledger.drop(mdev)
+            for key in list(self.instance.system_metadata):
+                if key.startswith('cyborg_mdev_'):
+                    del self.instance.system_metadata[key]
 
     def timed(self, func, *args):
         start = time.perf_counter()
@@ -195,10 +206,10 @@ class Bench(test_driver.LibvirtConnTestCase):
         arqs = mdev_arqs(N_ARQS)
         best = None
         for _ in range(ROUNDS):
-            drvr._allocate_cyborg_mdevs(self.instance, arqs)
+            drvr._allocate_cyborg_mdevs(self.context, self.instance, arqs)
             gc.collect()
             seconds = self.timed(drvr._release_cyborg_mdevs,
-                                 self.instance.uuid)
+                                 self.context, self.instance)
             best = seconds if best is None else min(best, seconds)
         return best
 
@@ -207,11 +218,15 @@ class Bench(test_driver.LibvirtConnTestCase):
         if existing:
             self.spawn_devices(name, arqs)
         self.calls.clear()
+        saves = self.saves
         if release:
-            self.drivers[name]._release_cyborg_mdevs(self.instance.uuid)
+            self.drivers[name]._release_cyborg_mdevs(
+                self.context, self.instance)
         else:
             self.spawn_devices(name, arqs)
         counted = dict(self.calls)
+        if name == 'series' and not release:
+            counted['instance.save'] = self.saves - saves
         self.remove_mdevs(name)
         return ', '.join('%s=%d' % kv for kv in sorted(counted.items()))
 
