@@ -30,55 +30,73 @@ HARD_FALLBACK = 'Failed to soft reboot instance. Trying hard reboot.'
 
 
 def boot_sector(banner):
-    """A 512-byte boot sector for the servers: it arms the ACPI power
-    button, says so on COM1, then idles (hlt, woken by the BIOS timer)
-    until the button is pressed (libvirt's shutdown: QEMU's
-    system_powerdown), says so and powers the machine off (S5), as an
-    operating system does. The ACPI registers are at the PM base SeaBIOS
-    gives both i440fx and q35, 0x600: PM1_STS +0, PM1_EN +2, PM1_CNT +4.
-    A partition entry, as Nova's image format inspector wants one."""
+    """A 512-byte boot sector for the servers that answers the ACPI power
+    button as an operating system does. It arms the button (PM1_EN), says
+    so on COM1, and sleeps (hlt) with every interrupt masked but IRQ 9, the
+    ACPI SCI, whose handler it installs: no timer wakes it, so its QEMU
+    idles. When libvirt's shutdown presses the button (QEMU's
+    system_powerdown), the SCI wakes it; the handler checks PWRBTN_STS,
+    says so and powers the machine off (S5). The ACPI registers are at the
+    PM base SeaBIOS gives both i440fx and q35, 0x600 (PM1_STS +0, PM1_EN +2,
+    PM1_CNT +4), and the SCI is IRQ 9 (int 0x71) on both. A partition
+    entry, as Nova's image format inspector wants one."""
     ready = ('%s: ready, %s\r\n' % (banner, ARMED)).encode() + b'\0'
     off = ('%s: power button pressed, powering off\r\n' %
            banner).encode() + b'\0'
-    at_ready = 0x7c00 + 0x40
+    at_ready = 0x7c00 + 0x5d
     at_off = at_ready + len(ready)
+
+    def word(value):
+        return struct.pack('<H', value).hex()
     code = bytes.fromhex(
-        'fa'            # 00 cli
-        'fc'            # 01 cld
-        '31c0'          # 02 xor ax, ax
-        '8ed8'          # 04 mov ds, ax
-        '8ed0'          # 06 mov ss, ax
-        'bc007c'        # 08 mov sp, 0x7c00
-        'ba0206'        # 0b mov dx, 0x602        PM1_EN
-        'b80001'        # 0e mov ax, 0x0100       PWRBTN_EN
-        'ef'            # 11 out dx, ax
-    ) + b'\xbe' + struct.pack('<H', at_ready) + bytes.fromhex(
-        #                 12 mov si, ready
-        'e81c00'        # 15 call print (0x34)
-        'fb'            # 18 sti
-        'f4'            # 19 wait: hlt
-        'ba0006'        # 1a mov dx, 0x600        PM1_STS
-        'ed'            # 1d in ax, dx
-        'a90001'        # 1e test ax, 0x0100      PWRBTN_STS
-        '74f6'          # 21 jz wait
-    ) + b'\xbe' + struct.pack('<H', at_off) + bytes.fromhex(
-        #                 23 mov si, off
-        'e80b00'        # 26 call print (0x34)
-        'ba0406'        # 29 mov dx, 0x604        PM1_CNT
-        'b80020'        # 2c mov ax, 0x2000       SLP_EN, SLP_TYP 0: off
-        'ef'            # 2f out dx, ax
-        'fa'            # 30 cli
-        'f4'            # 31 halt: hlt
-        'ebfd'          # 32 jmp halt
-        'baf803'        # 34 print: mov dx, 0x3f8   COM1
-        'ac'            # 37 next: lodsb
-        '84c0'          # 38 test al, al
-        '7403'          # 3a jz done
-        'ee'            # 3c out dx, al
-        'ebf8'          # 3d jmp next
-        'c3'            # 3f done: ret
+        'fa'              # 00 cli
+        'fc'              # 01 cld
+        '31c0'            # 02 xor ax, ax
+        '8ed8'            # 04 mov ds, ax
+        '8ed0'            # 06 mov ss, ax
+        'bc007c'          # 08 mov sp, 0x7c00
+        'c706c401' + word(0x7c30) +
+        #                   0b mov word [0x71*4], sci    int 0x71: IRQ 9
+        'c706c6010000'    # 11 mov word [0x71*4+2], 0
+        'b0fb'            # 17 mov al, 0xfb              master PIC: IRQ 2
+        'e621'            # 19 out 0x21, al              (the slave) only
+        'b0fd'            # 1b mov al, 0xfd              slave PIC: IRQ 9
+        'e6a1'            # 1d out 0xa1, al              only
+        'ba0206'          # 1f mov dx, 0x602             PM1_EN
+        'b80001'          # 22 mov ax, 0x0100            PWRBTN_EN
+        'ef'              # 25 out dx, ax
+        'be' + word(at_ready) +
+        #                   26 mov si, ready
+        'e82500'          # 29 call print (0x51)
+        'fb'              # 2c sti
+        'f4'              # 2d idle: hlt
+        'ebfd'            # 2e jmp idle
+        'ba0006'          # 30 sci: mov dx, 0x600        PM1_STS
+        'ed'              # 33 in ax, dx
+        'a90001'          # 34 test ax, 0x0100           PWRBTN_STS
+        '7411'            # 37 jz spurious (0x4a)
+        'be' + word(at_off) +
+        #                   39 mov si, off
+        'e81200'          # 3c call print (0x51)
+        'ba0406'          # 3f mov dx, 0x604             PM1_CNT
+        'b80020'          # 42 mov ax, 0x2000            SLP_EN, SLP_TYP 0:
+        'ef'              # 45 out dx, ax                soft off
+        'fa'              # 46 cli
+        'f4'              # 47 halt: hlt
+        'ebfd'            # 48 jmp halt
+        'b020'            # 4a spurious: mov al, 0x20    end of interrupt
+        'e6a0'            # 4c out 0xa0, al
+        'e620'            # 4e out 0x20, al
+        'cf'              # 50 iret
+        'baf803'          # 51 print: mov dx, 0x3f8      COM1
+        'ac'              # 54 next: lodsb
+        '84c0'            # 55 test al, al
+        '7403'            # 57 jz done (0x5c)
+        'ee'              # 59 out dx, al
+        'ebf8'            # 5a jmp next
+        'c3'              # 5c done: ret
     )
-    assert len(code) == 0x40
+    assert len(code) == 0x5d
     body = code + ready + off
     partition = struct.pack('<B3BB3BII', 0x80, 0, 2, 0, 0x83, 0xfe, 0xff,
                             0xff, 1, 32 * 1024 - 1)
