@@ -112,6 +112,47 @@ class CountResultsTest(unittest.TestCase):
                          'failures', tally.line())
 
 
+MODULE = textwrap.dedent('''
+    import os
+
+
+    def helper():
+        return 1
+
+
+    class Base(object):
+        def test_a(self):
+            pass
+
+
+    class Child(Base):
+        pass
+
+
+    class Other(object):
+        def test_b(self):
+            pass
+    ''').lstrip()
+
+
+class TouchedClassesTest(unittest.TestCase):
+    """Of an upstream test module the series changes, the changed classes
+    and their subclasses are selected, or the whole module."""
+
+    def test_a_changed_class_brings_its_subclasses(self):
+        self.assertEqual(['Base', 'Child'],
+                         testsel.touched_classes(MODULE, {10}))
+
+    def test_an_import_alone_selects_no_class(self):
+        self.assertEqual([], testsel.touched_classes(MODULE, {1}))
+
+    def test_a_changed_module_level_function_selects_the_module(self):
+        self.assertIsNone(testsel.touched_classes(MODULE, {5}))
+
+    def test_an_unrelated_class_stays_out(self):
+        self.assertEqual(['Other'], testsel.touched_classes(MODULE, {19}))
+
+
 class Scratch:
     """A scratch project of OUTCOMES tests run like Nova's and Cyborg's."""
 

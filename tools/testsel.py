@@ -24,12 +24,15 @@ import time
 import unittest
 
 # Upstream tests that touch what the series changes: they must stay green.
+# Besides these, each series selects the unit test module of every source
+# module it changes and, of every upstream test module it changes, the
+# classes it changes (nova_selection).
 NOVA_REGRESSION = {
     'unit': [
-        r'^nova\.tests\.unit\.virt\.libvirt\.',
-        r'^nova\.tests\.unit\.scheduler\.',
+        r'^nova\.tests\.unit\.scheduler\.test_request_filter\.',
+        r'^nova\.tests\.unit\.objects\.test_service\.',
         r'^nova\.tests\.unit\.compute\.test_resource_tracker\.',
-        r'^nova\.tests\.unit\.objects\.',
+        r'^nova\.tests\.unit\.virt\.libvirt\.test_driver\.',
     ],
     'functional': [
         r'^nova\.tests\.functional\.libvirt\.test_vgpu\.',
@@ -39,8 +42,7 @@ NOVA_REGRESSION = {
         r'(AcceleratorServer\w*|\w*Accelerator\w*)\.',
     ],
 }
-# nova34, the upstream track: its series changes a few modules of 34.0.0, so
-# its regression sets are those modules' own (kept narrow: make check's time).
+# nova34, the upstream track: its series changes a few modules of 34.0.0.
 NOVA34_REGRESSION = {
     'unit': [
         r'^nova\.tests\.unit\.scheduler\.test_request_filter\.',
@@ -138,10 +140,68 @@ def changed_files(project):
     return out.split()
 
 
+def added_files(project):
+    out = subprocess.run(
+        ['git', '-C', str(project.tree), 'diff', '--name-only',
+         '--diff-filter=A', 'base..HEAD'],
+        capture_output=True, text=True, check=True).stdout
+    return set(out.split())
+
+
+def changed_lines(project, path):
+    """The lines of `path` (as the series leaves it) the series changed;
+    a pure deletion counts as the line after it."""
+    out = subprocess.run(
+        ['git', '-C', str(project.tree), 'diff', '-U0', 'base..HEAD', '--',
+         path], capture_output=True, text=True, check=True).stdout
+    lines = set()
+    for m in re.finditer(r'^@@ -\S+ \+(\d+)(?:,(\d+))? @@', out, re.M):
+        start, count = int(m.group(1)), int(m.group(2) or 1)
+        lines.update(range(start, start + max(count, 1)))
+    return lines
+
+
+def touched_classes(source, lines):
+    """The top-level classes of a test module whose lines are in `lines`,
+    with their subclasses in the module (they run the changed tests under
+    their own names); None when a change lies outside every class and is
+    not an import (the whole module is then selected)."""
+    import ast
+    tree = ast.parse(source)
+    classes, outside = {}, False
+    for node in tree.body:
+        span = set(range(node.lineno, node.end_lineno + 1))
+        if isinstance(node, ast.ClassDef):
+            if node.decorator_list:
+                span.update(range(node.decorator_list[0].lineno,
+                                  node.lineno))
+            classes[node.name] = (span, {getattr(b, 'id', None) or
+                                         getattr(b, 'attr', None)
+                                         for b in node.bases})
+        elif span & lines and not isinstance(node, (ast.Import,
+                                                    ast.ImportFrom)):
+            outside = True
+    if outside:
+        return None
+    touched = {name for name, (span, _b) in classes.items() if span & lines}
+    grew = True
+    while grew:
+        more = {name for name, (_s, bases) in classes.items()
+                if bases & touched} - touched
+        touched |= more
+        grew = bool(more)
+    return sorted(touched)
+
+
 def nova_selection(project):
-    """{'unit': [regex], 'functional': [regex]}: stestr filters."""
+    """{'unit': [regex], 'functional': [regex]}: stestr filters. A test
+    module the series adds, or the unit test module of a source module it
+    changes, is selected whole; of an upstream test module it changes,
+    the classes it changes and their subclasses."""
     sel = {kind: list(mods)
            for kind, mods in REGRESSION[project.name].items()}
+    added = added_files(project)
+    narrowed = {}
     for path in changed_files(project):
         if not path.endswith('.py') or not path.startswith('nova/'):
             continue
@@ -150,6 +210,14 @@ def nova_selection(project):
             if not pathlib.PurePath(path).name.startswith('test_'):
                 continue
             kind = mod.split('.')[2]  # nova.tests.<unit|functional>...
+            if path not in added:
+                classes = touched_classes(
+                    (project.tree / path).read_text(),
+                    changed_lines(project, path))
+                if classes is not None:
+                    if classes:
+                        narrowed[mod] = (kind, classes)
+                    continue
         else:
             # nova/x/y.py -> nova/tests/unit/x/test_y.py, when it exists
             parts = path.split('/')
@@ -160,6 +228,10 @@ def nova_selection(project):
             mod, kind = cand[:-3].replace('/', '.'), 'unit'
         if kind in sel and module_regex(mod) not in sel[kind]:
             sel[kind].append(module_regex(mod))
+    for mod, (kind, classes) in narrowed.items():
+        if kind in sel and module_regex(mod) not in sel[kind]:
+            sel[kind].append('^%s\\.(%s)\\.' % (
+                re.escape(mod), '|'.join(classes)))
     return sel
 
 
