@@ -4,8 +4,8 @@ MariaDB (unix socket only) and RabbitMQ from Debian's packages; Keystone,
 Glance, Placement, Neutron's API, nova-api and cyborg-api as WSGI apps under
 uWSGI; nova-conductor, nova-scheduler and cyborg-conductor as their own
 console programs. Everything listens on 127.0.0.1 only. Nova and Cyborg run
-from the patched trees' venvs (build/venvs/nova, build/venvs/cyborg), the
-others from build/venvs/lab-cloud. Configuration files are the templates in
+from the patched trees' venvs (build/venvs/nova34, or build/venvs/nova with
+LAB_NOVA=nova; build/venvs/cyborg), the others from build/venvs/lab-cloud. Configuration files are the templates in
 tools/lab/cloud/, rendered into build/lab/cloud/etc/; logs go to
 build/lab/cloud/log/.
 
@@ -50,8 +50,14 @@ LABCLOUD = VENVS / 'lab-cloud'
 # (a development knob: other venvs, e.g. of another state of the series,
 # for the host's and the guest's Nova and Cyborg services; a Nova venv
 # given so must hold libvirt-python, as build/venvs/lab does)
-NOVA_VENV = pathlib.Path(os.environ.get('LAB_NOVA_VENV', VENVS / 'nova'))
-COMPUTE_VENV = pathlib.Path(os.environ.get('LAB_NOVA_VENV', VENVS / 'lab'))
+# The Nova line the cloud runs, a project of bases.ini: nova34 (34.0.0 +
+# patches/nova34, the primary line) unless LAB_NOVA=nova (the 33 line).
+NOVA_LINE = os.environ.get('LAB_NOVA', 'nova34')
+NOVA_TREE = BUILD / NOVA_LINE
+NOVA_VENV = pathlib.Path(os.environ.get('LAB_NOVA_VENV', VENVS / NOVA_LINE))
+COMPUTE_VENV = pathlib.Path(os.environ.get(
+    'LAB_NOVA_VENV', VENVS / ('lab' if NOVA_LINE == 'nova' else
+                              'lab-' + NOVA_LINE)))
 CYBORG_VENV = pathlib.Path(os.environ.get('LAB_CYBORG_VENV',
                                           VENVS / 'cyborg'))
 UWSGI = LABCLOUD / 'bin' / 'uwsgi'
@@ -177,7 +183,7 @@ def write_configs():
     shutil.copy(LABCLOUD / 'etc' / 'neutron' / 'api-paste.ini',
                 ETC / 'neutron' / 'api-paste.ini')
     render('nova.conf', ETC / 'nova' / 'nova.conf')
-    shutil.copy(BUILD / 'nova' / 'etc' / 'nova' / 'api-paste.ini',
+    shutil.copy(NOVA_TREE / 'etc' / 'nova' / 'api-paste.ini',
                 ETC / 'nova' / 'api-paste.ini')
     render('cyborg.conf', ETC / 'cyborg' / 'cyborg.conf')
     shutil.copy(BUILD / 'cyborg' / 'etc' / 'cyborg' / 'api-paste.ini',
@@ -531,7 +537,7 @@ def db_stamp():
     files += sorted(TEMPLATES.iterdir())
     files += sorted((ROOT / 'constraints').glob('nova-*.txt'))
     for tree, pattern in (
-            (BUILD / 'nova', 'nova/db/*/migrations/versions/*.py'),
+            (NOVA_TREE, 'nova/db/*/migrations/versions/*.py'),
             (BUILD / 'cyborg', 'cyborg/db/sqlalchemy/alembic/versions/*.py'),
             (BUILD / 'cyborg', 'cyborg/db/sqlalchemy/migration.py')):
         files += sorted(tree.glob(pattern))

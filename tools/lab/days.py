@@ -86,7 +86,7 @@ class Day:
 
     CHECKS = ()
     # the bases.ini projects whose trees (and patches/) the cloud runs
-    NOVA, CYBORG = 'nova', 'cyborg'
+    NOVA, CYBORG = cloud.NOVA_LINE, 'cyborg'
 
     @classmethod
     def plan(cls):

@@ -237,14 +237,15 @@ def kernel_version():
     return m.group(1)
 
 
-def lab_venv():
-    """build/venvs/lab: the nova venv's packages + real libvirt-python.
+def lab_venv(line='nova'):
+    """build/venvs/lab (lab-nova34 for line nova34): the Nova venv's
+    packages + real libvirt-python.
 
-    Real libvirt-python must not go into the nova venv (its unit tests use
-    fakelibvirt), so it gets a venv of its own whose .pth adds the nova
+    Real libvirt-python must not go into the Nova venv (its unit tests use
+    fakelibvirt), so it gets a venv of its own whose .pth adds the Nova
     venv's site-packages after its own.
     """
-    venv = VENVS / 'lab'
+    venv = VENVS / ('lab' if line == 'nova' else 'lab-' + line)
     python = venv / 'bin' / 'python'
     ok = subprocess.run([str(python), '-c', 'import libvirt, nova'],
                         cwd='/', capture_output=True) if python.exists() \
@@ -252,7 +253,7 @@ def lab_venv():
     if ok is not None and ok.returncode == 0:
         return 0.0
     start = time.time()
-    nova_python = VENVS / 'nova' / 'bin' / 'python'
+    nova_python = VENVS / line / 'bin' / 'python'
     shutil.rmtree(venv, ignore_errors=True)
     subprocess.run([str(nova_python), '-m', 'venv', str(venv)], check=True)
     site = subprocess.run(
@@ -484,7 +485,8 @@ def tier3(tally):
         return
     plan = Planned('lab tier3', names)
     start = time.time()
-    for venv in ('nova', 'cyborg'):
+    import cloud
+    for venv in (cloud.NOVA_LINE, 'cyborg'):
         if not (VENVS / venv / 'bin' / 'python').exists():
             plan.count(tally, 'no %s venv (python3 tools/series materialize '
                        '%s && python3 tools/series venv %s)' % (
@@ -495,7 +497,7 @@ def tier3(tally):
         kver = kernel_version()
         t_apt += apt_install(['linux-source-' + kver.split('.0-')[0],
                               'linux-headers-' + kver])
-        t_venv = lab_venv() + lab_cloud_venv()
+        t_venv = lab_venv(cloud.NOVA_LINE) + lab_cloud_venv()
         t = time.time()
         subprocess.run(['bash', str(HERE / 'build-guest.sh'),
                         str(LAB / 'guest')], check=True)
