@@ -94,7 +94,10 @@ CATALOG = (
     ('placement', 'placement', 'placement', ''),
     ('network', 'neutron', 'neutron', ''),
     ('compute', 'nova', 'nova', '/v2.1'),
-    ('accelerator', 'cyborg', 'cyborg', '/v2'),
+    # (under /accelerator, as DevStack serves it: Cyborg's version
+    # document links there, and openstacksdk, which Nova 34 calls Cyborg
+    # with, follows that link)
+    ('accelerator', 'cyborg', 'cyborg', '/accelerator/v2'),
 )
 
 
@@ -439,13 +442,15 @@ def queue_consumers():
     return queues
 
 
-def uwsgi(name, module, venv, port, env=(), pyargv=''):
-    """A WSGI app under uWSGI, HTTP on 127.0.0.1:port."""
+def uwsgi(name, module, venv, port, env=(), pyargv='', mount=None):
+    """A WSGI app under uWSGI, HTTP on 127.0.0.1:port (under the URL path
+    mount, as DevStack serves it, if given)."""
     ini = ETC / 'uwsgi' / ('%s.ini' % name)
     ini.parent.mkdir(parents=True, exist_ok=True)
+    app = (['mount = %s=%s' % (mount, module), 'manage-script-name = true']
+           if mount else ['module = %s' % module])
     lines = ['[uwsgi]',
-             'http-socket = 127.0.0.1:%d' % port,
-             'module = %s' % module,
+             'http-socket = 127.0.0.1:%d' % port] + app + [
              'home = %s' % venv,
              'master = true',
              'processes = 1',
@@ -494,7 +499,8 @@ def host_services():
         console('nova-scheduler', nova_venv, 'nova.cmd.scheduler',
                 nova_conf),
         uwsgi('cyborg-api', 'cyborg.wsgi.api:application', cyborg_venv,
-              PORTS['cyborg'], pyargv='--config-file %s' % cyborg_conf),
+              PORTS['cyborg'], pyargv='--config-file %s' % cyborg_conf,
+              mount='/accelerator'),
         console('cyborg-conductor', cyborg_venv, 'cyborg.cmd.conductor',
                 cyborg_conf),
     ]
@@ -513,7 +519,7 @@ HEALTH = {
     'placement-api': 'http://127.0.0.1:%d/' % PORTS['placement'],
     'neutron-api': 'http://127.0.0.1:%d/' % PORTS['neutron'],
     'nova-api': 'http://127.0.0.1:%d/' % PORTS['nova'],
-    'cyborg-api': 'http://127.0.0.1:%d/' % PORTS['cyborg'],
+    'cyborg-api': 'http://127.0.0.1:%d/accelerator/' % PORTS['cyborg'],
 }
 # the RPC queues whose consumers say a service listens
 QUEUES = {
