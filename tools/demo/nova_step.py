@@ -81,10 +81,20 @@ class NovaStory(base.ServersTestBase):
         self.log = ListHandler()
         logging.getLogger().addHandler(self.log)
         self.addCleanup(logging.getLogger().removeHandler, self.log)
-        self.cyborg = self.useFixture(nova_fixtures.CyborgFixture())
+        release = getattr(nova_fixtures.CyborgFixture, 'RELEASE_SERIES', None)
+        if release is None:
+            raise Missing('the fake Cyborg models no Cyborg release with the '
+                          'generic mdev driver: the Nova series\' fixture '
+                          'patch is not applied')
+        # the Cyborg step's Cyborg: its MDEV attach handles say that Nova
+        # owns their mdevs ("mdev_owner": "nova"), it makes none
+        self.cyborg = self.useFixture(nova_fixtures.CyborgFixture(release))
         if not hasattr(self.cyborg, 'add_device_profile'):
             raise Missing('the fake Cyborg has no add_device_profile(): the '
                           'Nova series\' fixture patch is not applied')
+        # (what writes the host's sysfs, should Cyborg remove an mdev: the
+        # demo's one host)
+        self.cyborg.sysfs_of_host = lambda hostname: self.conn
         self.ctxt = nova_context.get_admin_context()
         self._record_libvirt_xml()
         self._record_candidate_queries()
@@ -168,6 +178,18 @@ class NovaStory(base.ServersTestBase):
         return self.compute.driver._host.get_guest(
             objects.Instance.get_by_uuid(self.ctxt, server['id'])
         ).get_xml_desc()
+
+    def claims(self, server):
+        """{mdev uuid: Claim} a server, deleted or not, holds."""
+        try:
+            from nova.virt.libvirt import cyborg_mdev
+        except ImportError:
+            raise Missing('the libvirt driver keeps no claims on Cyborg '
+                          'mdevs: the Nova series is not applied')
+        ctxt = nova_context.get_admin_context(read_deleted='yes')
+        instance = objects.Instance.get_by_uuid(
+            ctxt, server['id'], expected_attrs=['system_metadata'])
+        return cyborg_mdev.get_claims(instance)
 
     @staticmethod
     def hostdevs(xml):
@@ -375,18 +397,15 @@ class NovaStory(base.ServersTestBase):
                   mine[0]['persistent'], mine[0]['autostart']) == (
                   story.pci_nodedev_name(story.CYBORG_PARENT), 'mtty-2',
                   True, True, True), mine)
-        ledger = getattr(self.compute.driver, '_cyborg_mdev_ledger', None)
-        if ledger is None:
-            raise Missing('the libvirt driver keeps no record of its Cyborg '
-                          'mdevs: the Nova series is not applied')
-        entry = ledger().get(arq['attach_handle_uuid'])
-        step['ledger'] = entry and {
-            'instance': entry.instance, 'parent': entry.parent,
-            'type': entry.type, 'owned': entry.owned}
+        claim = self.claims(server).get(arq['attach_handle_uuid'])
+        step['claim'] = claim and {
+            'instance': server['id'], 'node': claim.node,
+            'parent': claim.parent, 'type': claim.type,
+            'owned': claim.owned_by_nova}
         check(3, 'nova-compute recorded the mdev as its own, for this '
-              'server, in its host\'s record', entry is not None and (
-                  entry.instance, entry.owned) == (server['id'], True),
-              step['ledger'])
+              'server, in the server\'s claims', claim is not None and (
+                  claim.node, claim.owned_by_nova) == (
+                  self.compute_rp_uuids[story.HOST], True), step['claim'])
         avail = self.parent_available()
         step['libvirt_parents'] = avail
         before = story.available_instances(story.CYBORG_PARENT, 'mtty-2')
@@ -496,8 +515,8 @@ class NovaStory(base.ServersTestBase):
                   if u not in pre), left)
         check(5, 'delete: attach handle released',
               step['delete']['handles_in_use'] == {})
-        left = self.compute.driver._cyborg_mdev_ledger().entries()
-        check(5, 'delete: nothing left in the record of Cyborg mdevs',
+        left = self.claims(self.cyborg_server)
+        check(5, 'delete: the deleted server claims no mdev any more',
               left == {}, left)
         step['tree'] = self.provider_tree()
         step['log'] = self.log.lines

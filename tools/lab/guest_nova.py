@@ -6,10 +6,14 @@ sees the kernel's mtty sample parent (libvirt name mtty_mtty). A bound MDEV
 ARQ is built from one of the attach handles that Cyborg's generic mdev
 driver reported (OUT/cyborg-handles.json, see guest_cyborg.py), the way
 Cyborg's API returns it, and handed to the driver's own methods:
-_ensure_cyborg_mdevs() (persistent mdev), _get_guest_xml() ->
-_get_guest_config() -> _guest_add_accelerators() (the hostdev), the
-driver's _create_guest() (a type='qemu' domain, started paused), destroy()
-(the delete path, _release_cyborg_mdevs()). Then the two ownership paths
+_ensure_cyborg_mdevs() (persistent mdev, claimed in the instance's system
+metadata), _get_guest_xml() -> _get_guest_config() ->
+_guest_add_accelerators() (the hostdev), the driver's _create_guest() (a
+type='qemu' domain, started paused), destroy() (the delete path,
+_release_cyborg_mdevs()). The lab has no database: what the driver reads
+and writes of the instances (Instance.save(), Instance.get_by_uuid(),
+InstanceList.get_by_host()) is kept in memory (LabDB). Then the two
+ownership paths
 the fakes can only imitate: an attach handle freed by one instance and
 bound to the next (the first one's cleanup must keep the second one's
 mdev), and the resume path after a libvirtd restart with the mdev and its
@@ -42,7 +46,8 @@ PARENT_SYSFS = '/sys/class/mdev_bus/mtty'
 LIBVIRT_PARENT = 'mtty_mtty'
 TYPE = 'mtty-2'
 INSTANCES = '/run/lab-instances'
-# nova-compute's state_path: the record of the host's Cyborg mdevs
+# nova-compute's state_path: the compute node's identity (compute_id), the
+# node of the instances' claims on mdevs
 STATE = '/run/lab-state'
 
 from nova import monkey_patch  # noqa: E402
@@ -58,6 +63,7 @@ from nova import objects  # noqa: E402
 from nova.virt import fake as fake_virt  # noqa: E402
 from nova.virt.libvirt import accelerators  # noqa: E402
 from nova.virt.libvirt import blockinfo  # noqa: E402
+from nova.virt.libvirt import cyborg_mdev  # noqa: E402
 from nova.virt.libvirt import driver as libvirt_driver  # noqa: E402
 
 CONF = nova.conf.CONF
@@ -78,14 +84,74 @@ def setup():
     CONF.set_override('host', 'lab')
     objects.register_all()
     os.makedirs(INSTANCES, exist_ok=True)
+    os.makedirs(STATE, exist_ok=True)
+    DB.install()
     drv = libvirt_driver.LibvirtDriver(fake_virt.FakeVirtAPI(), False)
     # as init_host does when nova-compute starts: libvirt's event loop (it
-    # tells Host at once when libvirtd goes away), and the record of the
-    # host's Cyborg mdevs
+    # tells Host at once when libvirtd goes away)
     drv._host.initialize()
     libvirt.registerErrorHandler(lambda *a: None, None)
-    drv._cyborg_mdev_ledger()
+    # (the compute node's identity, which every claim names)
+    drv._host.get_node_uuid()
     return drv
+
+
+class LabDB(object):
+    """The instances of the lab's host, as the database would have them.
+
+    The driver saves an instance's claims on mdevs (its system metadata)
+    with Instance.save(), checks that an instance was not deleted with
+    Instance.get_by_uuid(), and reads the claims of the other instances of
+    the host with InstanceList.get_by_host(): the lab keeps its instances
+    (objects, system metadata included) here instead.
+    """
+
+    def __init__(self):
+        self.instances = {}
+        self.deleted = set()
+
+    def add(self, inst):
+        self.instances[inst.uuid] = inst
+
+    def delete(self, inst):
+        """The API deleted the instance (a local delete: the compute is
+        down, its guest is left to the compute's clean-up)."""
+        self.deleted.add(inst.uuid)
+
+    def install(self):
+        db = self
+
+        def save(inst, *args, **kwargs):
+            if inst.uuid not in db.instances:
+                raise exception.InstanceNotFound(instance_id=inst.uuid)
+            inst.obj_reset_changes(recursive=True)
+
+        def get_by_uuid(context, uuid_, expected_attrs=None,
+                        use_slave=False):
+            inst = db.instances.get(uuid_)
+            if inst is None or (uuid_ in db.deleted and
+                                context.read_deleted == 'no'):
+                raise exception.InstanceNotFound(instance_id=uuid_)
+            return inst
+
+        def get_by_host(context, host, expected_attrs=None,
+                        use_slave=False):
+            return objects.InstanceList(objects=[
+                inst for uuid_, inst in db.instances.items()
+                if inst.host == host and uuid_ not in db.deleted])
+        objects.Instance.save = save
+        objects.Instance.get_by_uuid = staticmethod(get_by_uuid)
+        objects.InstanceList.get_by_host = staticmethod(get_by_host)
+
+    def claims(self, inst=None):
+        """{mdev uuid: Claim} of an instance, or of every instance."""
+        out = {}
+        for one in [inst] if inst else self.instances.values():
+            out.update(cyborg_mdev.get_claims(one))
+        return out
+
+
+DB = LabDB()
 
 
 def make_instance(n):
@@ -107,6 +173,7 @@ def make_instance(n):
         device_metadata=None, keypairs=objects.KeyPairList(objects=[]),
         tags=objects.TagList(), services=objects.ServiceList(),
         metadata={})
+    DB.add(inst)
     # The root disk Nova would have made: a tiny raw file.
     path = os.path.join(INSTANCES, inst.uuid)
     os.makedirs(path, exist_ok=True)
@@ -161,10 +228,9 @@ class Lab:
     def domains(self):
         return sorted(d.name() for d in self.conn.listAllDomains(0))
 
-    def ledger(self, inst=None):
-        """{mdev uuid: entry} of the driver's record (of one instance)."""
-        ledger = self.drv._cyborg_mdev_ledger()
-        return ledger.of_instance(inst.uuid) if inst else ledger.entries()
+    def claims(self, inst=None):
+        """{mdev uuid: Claim} of one instance, or of every instance."""
+        return DB.claims(inst)
 
     def state(self):
         return {'libvirt mdevs': self.mdev_names(),
@@ -224,7 +290,7 @@ def main():
     check('partition', partition)
 
     def ensure():
-        drv._ensure_cyborg_mdevs(inst, [arq])
+        drv._ensure_cyborg_mdevs(lab.ctxt, inst, [arq])
         dev = wait(lambda: lab.mdev(mdev_uuid))
         expect(dev, 'libvirt has no mdev %s: %s' % (
             mdev_uuid, lab.mdev_names()))
@@ -237,9 +303,11 @@ def main():
         expect(mdev_uuid in lab.defined(),
                'mdevctl list --defined: %s' % lab.defined())
         expect(mdev_uuid in lab.kernel_mdevs(), 'not in the kernel')
-        entry = lab.ledger(inst).get(mdev_uuid)
-        expect(entry and entry.owned and entry.parent == LIBVIRT_PARENT,
-               'recorded as %s' % (entry,))
+        claim = lab.claims(inst).get(mdev_uuid)
+        expect(claim and claim.owned_by_nova and
+               claim.parent == LIBVIRT_PARENT and claim.type == TYPE and
+               claim.node == drv._host.get_node_uuid(),
+               'claimed as %s' % (claim,))
         avail = lab.available()
         expect(avail == before['available'] - 1,
                'available_instances %d, was %d' % (
@@ -284,7 +352,7 @@ def main():
         inst2 = make_instance(2)
         arq2 = dict(arq, uuid=str(uuid.uuid4()), instance_uuid=inst2.uuid)
         try:
-            drv._ensure_cyborg_mdevs(inst2, [arq2])
+            drv._ensure_cyborg_mdevs(lab.ctxt, inst2, [arq2])
         finally:
             # what Nova does when a spawn fails: clean the guest up
             drv.cleanup(lab.ctxt, inst2, [], destroy_disks=False)
@@ -305,7 +373,7 @@ def main():
         expect(mdev_uuid not in lab.defined(), 'mdevctl still defines it')
         expect(wait(lambda: mdev_uuid not in lab.kernel_mdevs()),
                'still in the kernel')
-        expect(not lab.ledger(), 'still recorded: %s' % lab.ledger())
+        expect(not lab.claims(), 'still claimed: %s' % lab.claims())
         wait(lambda: lab.state() == before, timeout=5)
         after = lab.state()
         expect(after == before, 'before %s, after %s' % (before, after))
@@ -332,14 +400,17 @@ def handle_reused(lab, handle):
 
     def run():
         before = lab.state()
-        drv._ensure_cyborg_mdevs(first, [arq1])
+        drv._ensure_cyborg_mdevs(lab.ctxt, first, [arq1])
         guest = drv._create_guest(lab.ctxt, lab.guest_xml(first, [arq1]),
                                   first, power_on=False, pause=True)
         guest._domain.destroy()  # the first guest stops; still defined
-        drv._ensure_cyborg_mdevs(second, [arq2])
-        entry = lab.ledger().get(mdev_uuid)
-        expect(entry and entry.instance == second.uuid and entry.owned,
-               'not taken over: %s' % (entry,))
+        # the first instance is deleted while its compute is down; Cyborg
+        # binds the freed handle to the second one
+        DB.delete(first)
+        drv._ensure_cyborg_mdevs(lab.ctxt, second, [arq2])
+        claim = lab.claims(second).get(mdev_uuid)
+        expect(claim and claim.owned_by_nova,
+               'not taken over: %s' % (claim,))
         guest2 = drv._create_guest(lab.ctxt, lab.guest_xml(second, [arq2]),
                                    second, power_on=False, pause=True)
         # the first instance's cleanup
@@ -353,7 +424,7 @@ def handle_reused(lab, handle):
         drv.destroy(lab.ctxt, second, [], destroy_disks=False)
         expect(wait(lambda: lab.state() == before, timeout=5),
                'before %s, after %s' % (before, lab.state()))
-        expect(not lab.ledger(), 'still recorded: %s' % lab.ledger())
+        expect(not lab.claims(), 'still claimed: %s' % lab.claims())
         return ("mdev %s kept for the second guest through the first "
                 "one's cleanup, removed with the second" % mdev_uuid)
     check('reused', run)
@@ -419,7 +490,7 @@ def resumed(lab, handle):
 
     def steps():
         before = lab.state()
-        drv._ensure_cyborg_mdevs(inst, [arq])
+        drv._ensure_cyborg_mdevs(lab.ctxt, inst, [arq])
         guest = drv._create_guest(lab.ctxt, lab.guest_xml(inst, [arq]),
                                   inst, power_on=False, pause=True)
         guest._domain.destroy()
@@ -472,14 +543,14 @@ def bad_input(lab, handle):
         def run():
             before = lab.state()
             try:
-                drv._ensure_cyborg_mdevs(inst, [arq])
+                drv._ensure_cyborg_mdevs(lab.ctxt, inst, [arq])
             finally:
                 # (libvirt's device list follows the kernel's with a lag)
                 wait(lambda: lab.state() == before, timeout=5)
                 after = lab.state()
                 expect(after == before, 'left behind: before %s, after %s'
                        % (before, after))
-                expect(not lab.ledger(inst), 'recorded: %s' % lab.ledger())
+                expect(not lab.claims(inst), 'claimed: %s' % lab.claims())
         check(key, run, raises=raises)
 
     leaves_nothing('bad_uuid', 10, {},
@@ -521,13 +592,13 @@ def bad_input(lab, handle):
         expect(wait(lambda: lab.mdev(other)), 'libvirt does not list the '
                'mtty-1 mdev')
         try:
-            drv._ensure_cyborg_mdevs(inst, [arq])
+            drv._ensure_cyborg_mdevs(lab.ctxt, inst, [arq])
         finally:
             kept = other in lab.kernel_mdevs()
             with open('/sys/bus/mdev/devices/%s/remove' % other, 'w') as f:
                 f.write('1')
             expect(kept, 'the mtty-1 mdev was removed')
-            expect(not lab.ledger(inst), 'recorded: %s' % lab.ledger())
+            expect(not lab.claims(inst), 'claimed: %s' % lab.claims())
     check('taken', taken,
           raises=(exception.InvalidAcceleratorRequest,
                   ['attach_handle_uuid', 'mtty-1']))
@@ -555,7 +626,7 @@ def bad_input(lab, handle):
             with open(PARENT_SYSFS + '/mdev_supported_types/mtty-1/create',
                       'w') as f:
                 f.write(other)
-            drv._ensure_cyborg_mdevs(inst, [arq])
+            drv._ensure_cyborg_mdevs(lab.ctxt, inst, [arq])
         finally:
             del drv._host.device_create
             kept = other in lab.kernel_mdevs()
@@ -565,7 +636,7 @@ def bad_input(lab, handle):
                           'w') as f:
                     f.write('1')
             expect(kept, 'Nova removed the mtty-1 mdev it did not make')
-            expect(not lab.ledger(inst), 'recorded: %s' % lab.ledger())
+            expect(not lab.claims(inst), 'claimed: %s' % lab.claims())
     check('unlisted', unlisted,
           raises=(exception.NovaException, [arq22['attach_handle_uuid']]))
     print('after: %s' % lab.state(), flush=True)

@@ -25,7 +25,8 @@ TIER2 = {
         'partition': 'nova: accelerators.partition() accepts the MDEV ARQ '
                      'of the virtual parent',
         'ensure': 'nova: _ensure_cyborg_mdevs() makes the persistent mdev '
-                  '(libvirt, mdevctl --defined, sysfs)',
+                  '(libvirt, mdevctl --defined, sysfs), claimed by the '
+                  'instance',
         'compose': 'nova: _get_guest_xml() composes the mdev hostdev '
                    '(_get_guest_config -> _guest_add_accelerators)',
         'start': "nova: _create_guest() defines and starts the type='qemu' "
