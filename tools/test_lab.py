@@ -22,6 +22,7 @@ from unittest import mock
 HERE = pathlib.Path(__file__).resolve().parent
 LAB = HERE / 'lab'
 sys.path.insert(0, str(LAB))
+import cloudapi  # noqa: E402
 import days  # noqa: E402
 import plans  # noqa: E402
 import steps  # noqa: E402
@@ -217,6 +218,23 @@ class Tier3Test(unittest.TestCase):
             self.assertRegex(day.header(), r'^day: .*, nova \d+\.\d+\.\d+ '
                              r'\+ patches/\w+, cyborg \d+\.\d+\.\d+ \+ '
                              r'patches/cyborg$')
+
+
+class ProbeTest(unittest.TestCase):
+
+    def test_node_devices_being_removed_are_read(self):
+        # virsh lists a device, then it is gone or has no parent any more
+        host = cloudapi.Host(
+            '== nodedev mdev_a ==error: Could not find matching device '
+            "'mdev_a'\n"
+            '== nodedev mdev_b ==Name:           mdev_b\n'
+            'Parent:         \nActive:         yes\n'
+            'Persistent:     yes\nAutostart:      no autostart\n')
+
+        self.assertEqual({'name': 'mdev_b', 'parent': '', 'active': 'yes',
+                          'persistent': 'yes', 'autostart': 'no autostart'},
+                         host.nodedevs['mdev_b'])
+        self.assertNotIn('active', host.nodedevs['mdev_a'])
 
 
 @unittest.skipUnless(shutil.which('qemu-system-x86_64'),

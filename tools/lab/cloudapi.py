@@ -182,9 +182,10 @@ class Host:
         elif section == 'took':
             self.took = int(lines[0]) / 1000 if lines else None
         elif section == 'nodedev':
-            info = dict(re.split(r':\s+', b.strip(), 1) for b in lines
-                        if ':' in b)
-            self.nodedevs[name] = {k.lower(): v for k, v in info.items()}
+            # ("Parent:" is empty while libvirt removes a device)
+            info = (b.strip().partition(':') for b in lines)
+            self.nodedevs[name] = {k.lower(): v.strip()
+                                   for k, sep, v in info if sep}
         elif section == 'qemu':
             for b in lines:
                 pid, utime, stime, cmd = b.split(' ', 3)
