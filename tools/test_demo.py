@@ -38,6 +38,10 @@ class TestDemo(unittest.TestCase):
     def steps(self):
         return self.record['nova']['steps']
 
+    def test_says_which_lines_it_runs(self):
+        self.assertIn('running nova 33.0.2 + patches/nova with cyborg '
+                      '17.0.0 + patches/cyborg', self.output)
+
     def test_every_check_passed(self):
         failed = [c for c in self.record.get('checks', []) if not c['ok']]
         self.assertEqual([], failed, self.output[-3000:])
@@ -105,7 +109,7 @@ class TestDemo(unittest.TestCase):
                                   delete['after']['placement']))
         self.assertEqual({'mtty-1': 22, 'mtty-2': 11},
                          delete['after']['parent']['0000:41:00.0'])
-        self.assertEqual({}, delete['handles_in_use'])
+        self.assertEqual([], delete['handles_in_use'])
 
     def test_xml_valid(self):
         results = self.steps()['6']['results']

@@ -30,6 +30,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))  # tools/: libvirt_schemas
 import story  # noqa: E402
 
+import fixtures  # noqa: E402
 from lxml import etree  # noqa: E402
 import os_traits  # noqa: E402
 
@@ -71,6 +72,70 @@ class ListHandler(logging.Handler):
         self.lines.append(self.format(record))
 
 
+class FakeCyborg(object):
+    """The Nova series' fake Cyborg, as the line being run spells it.
+
+    Nova 34 + patches/nova34 has CyborgMdevFixture(release), a Cyborg of
+    device profiles and per-provider attach handles; nova 33 + patches/nova
+    has CyborgFixture(mdev_release), whose profiles carry their handles.
+    The story needs the same four things of either.
+    """
+
+    @staticmethod
+    def of_this_nova():
+        fixture = getattr(nova_fixtures, 'CyborgMdevFixture', None)
+        if fixture is not None:
+            return Cyborg34(fixture(fixture.RELEASE_SERIES))
+        release = getattr(nova_fixtures.CyborgFixture, 'RELEASE_SERIES',
+                          None)
+        if release is None:
+            raise Missing('the fake Cyborg models no Cyborg release with the '
+                          'generic mdev driver: the Nova series\' fixture '
+                          'patch is not applied')
+        return Cyborg33(nova_fixtures.CyborgFixture(release))
+
+
+class Cyborg33(fixtures.Fixture):
+    def __init__(self, fixture):
+        super().__init__()
+        self.fixture = fixture
+
+    def _setUp(self):
+        self.useFixture(self.fixture)
+
+    @property
+    def sysfs_of_host(self):
+        return self.fixture.sysfs_of_host
+
+    @sysfs_of_host.setter
+    def sysfs_of_host(self, value):
+        self.fixture.sysfs_of_host = value
+
+    def add_device_profile(self, name, groups, handles):
+        self.fixture.add_device_profile(name, groups, handles)
+
+    def arqs_of(self, instance_uuid):
+        return self.fixture._get_arqs_for_instance(instance_uuid)
+
+    def handles_in_use(self, dp_name):
+        return sorted(self.fixture.handles_in_use(dp_name))
+
+
+class Cyborg34(Cyborg33):
+    def add_device_profile(self, name, groups, handles):
+        self.fixture.add_device_profile(name, groups)
+        for handle in handles:
+            self.fixture.add_attach_handles(
+                handle['rp_uuid'], handle['type'], [handle['info']],
+                uuids=[handle['uuid']])
+
+    def arqs_of(self, instance_uuid):
+        return self.fixture.fake_get_arqs_for_instance(instance_uuid)
+
+    def handles_in_use(self, dp_name):
+        return sorted(self.fixture.handles_in_use())
+
+
 class NovaStory(base.ServersTestBase):
 
     microversion = 'latest'
@@ -81,17 +146,9 @@ class NovaStory(base.ServersTestBase):
         self.log = ListHandler()
         logging.getLogger().addHandler(self.log)
         self.addCleanup(logging.getLogger().removeHandler, self.log)
-        release = getattr(nova_fixtures.CyborgFixture, 'RELEASE_SERIES', None)
-        if release is None:
-            raise Missing('the fake Cyborg models no Cyborg release with the '
-                          'generic mdev driver: the Nova series\' fixture '
-                          'patch is not applied')
         # the Cyborg step's Cyborg: its MDEV attach handles say that Nova
         # owns their mdevs ("mdev_owner": "nova"), it makes none
-        self.cyborg = self.useFixture(nova_fixtures.CyborgFixture(release))
-        if not hasattr(self.cyborg, 'add_device_profile'):
-            raise Missing('the fake Cyborg has no add_device_profile(): the '
-                          'Nova series\' fixture patch is not applied')
+        self.cyborg = self.useFixture(FakeCyborg.of_this_nova())
         # (what writes the host's sysfs, should Cyborg remove an mdev: the
         # demo's one host)
         self.cyborg.sysfs_of_host = lambda hostname: self.conn
@@ -373,7 +430,7 @@ class NovaStory(base.ServersTestBase):
         check(3, 'allocation takes 1 %s from Cyborg\'s provider %s' % (
             story.MDEV_RC, mtty_rp['name']),
             alloc.get(mtty_rp['name']) == {story.MDEV_RC: 1}, alloc)
-        (arq,) = self.cyborg._get_arqs_for_instance(server['id'])
+        (arq,) = self.cyborg.arqs_of(server['id'])
         self.arq = arq
         step['arq'] = {k: arq[k] for k in (
             'uuid', 'state', 'device_rp_uuid', 'attach_handle_type',
@@ -514,7 +571,7 @@ class NovaStory(base.ServersTestBase):
                   p == nova_parent for u, p in left.items()
                   if u not in pre), left)
         check(5, 'delete: attach handle released',
-              step['delete']['handles_in_use'] == {})
+              step['delete']['handles_in_use'] == [])
         left = self.claims(self.cyborg_server)
         check(5, 'delete: the deleted server claims no mdev any more',
               left == {}, left)

@@ -1,9 +1,12 @@
 """The demo: both series at work end to end, in an embedded test cloud.
 
     python3 tools/demo/run.py [--verbose] [--json FILE] [--no-materialize]
+                              [--nova nova34|nova]
 
-Materializes both series and makes their venvs (reused when they are
-already there), then runs the story with the real patched code:
+Materializes a Nova series (the 33 line, nova 33.0.2 + patches/nova;
+--nova nova34 or DEMO_NOVA=nova34 for the primary line, once its
+fakelibvirt models the story's PCI mtty parents) and Cyborg's, makes their venvs (reused when they are already there), then
+runs the story with the real patched code:
 
   1. Cyborg: the generic mdev driver, loaded through its entry point,
      discovers a fake sysfs mdev tree; Cyborg's conductor reports it to the
@@ -53,6 +56,11 @@ class Failure(Exception):
 
 
 START = time.time()
+# The Nova lines the demo runs: the project in build/ and what it is.
+NOVA_LINES = {
+    'nova34': 'nova 34.0.0 + patches/nova34',
+    'nova': 'nova 33.0.2 + patches/nova',
+}
 
 
 def progress(msg):
@@ -84,7 +92,7 @@ def prepare(project, materialize):
             else:
                 raise Failure('materializing build/%s failed (see above)'
                               % project)
-    elif not (tree / '.git').is_dir():
+    elif not (tree / '.git').exists():
         raise Failure('build/%s does not exist: run `make demo` (or '
                       '`python3 tools/series materialize %s`)' % (
                           project, project))
@@ -383,13 +391,21 @@ def main(argv=None):
                         help='write a machine-readable record of every '
                         'step and check to FILE')
     parser.add_argument('--no-materialize', action='store_true',
-                        help='use build/nova, build/cyborg and their venvs '
-                        'as they are (what the tests do)')
+                        help='use the Nova tree, build/cyborg and their '
+                        'venvs as they are (what the tests do)')
+    parser.add_argument('--nova', choices=sorted(NOVA_LINES),
+                        default=os.environ.get('DEMO_NOVA', 'nova'),
+                        help='the Nova line: nova (the 33 line, nova 33.0.2 '
+                        '+ patches/nova; the default) or nova34 (nova 34.0.0 '
+                        '+ patches/nova34: its fakelibvirt has no PCI mtty '
+                        'parent yet, step 2 says so)')
     args = parser.parse_args(argv)
     start = time.time()
     try:
         cy_tree, cy_python = prepare('cyborg', not args.no_materialize)
-        nova_tree, nova_python = prepare('nova', not args.no_materialize)
+        nova_tree, nova_python = prepare(args.nova, not args.no_materialize)
+        progress('running %s with cyborg 17.0.0 + patches/cyborg'
+                 % NOVA_LINES[args.nova])
         schemas_error = None
         try:
             import libvirt_schemas
@@ -411,8 +427,8 @@ def main(argv=None):
             if cy.get('missing') or cy.get('error'):
                 nova = {}
             else:
-                progress('steps 2-6: Nova functional environment (nova '
-                         'venv)')
+                progress('steps 2-6: Nova functional environment (%s '
+                         'venv)' % args.nova)
                 import testsel
                 env = testsel.tox_setenv(nova_tree, 'functional')
                 env.pop('VIRTUAL_ENV', None)
@@ -435,8 +451,9 @@ def main(argv=None):
     for rec, who in ((cy, 'Cyborg'), (nova, 'Nova')):
         if rec.get('missing'):
             checks.append({'step': 1 if who == 'Cyborg' else 2,
-                           'name': 'feature present in build/%s' %
-                           who.lower(), 'ok': False,
+                           'name': 'feature present in build/%s' % (
+                               'cyborg' if who == 'Cyborg' else args.nova),
+                           'ok': False,
                            'detail': 'MISSING: ' + rec['missing']})
         if rec.get('error'):
             checks.append({'step': 1 if who == 'Cyborg' else 2,
