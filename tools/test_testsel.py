@@ -132,25 +132,57 @@ MODULE = textwrap.dedent('''
     class Other(object):
         def test_b(self):
             pass
+
+        def setUp(self):
+            pass
+
+        @staticmethod
+        def test_c():
+            pass
     ''').lstrip()
 
 
-class TouchedClassesTest(unittest.TestCase):
-    """Of an upstream test module the series changes, the changed classes
-    and their subclasses are selected, or the whole module."""
+class TouchedTestsTest(unittest.TestCase):
+    """Of an upstream test module the series changes, the changed test
+    methods (in their classes and subclasses), the classes whose other code
+    changed (and their subclasses), or the whole module."""
 
-    def test_a_changed_class_brings_its_subclasses(self):
-        self.assertEqual(['Base', 'Child'],
-                         testsel.touched_classes(MODULE, {10}))
+    def test_a_changed_test_runs_in_its_class_and_subclasses(self):
+        self.assertEqual([('Base', 'test_a'), ('Child', 'test_a')],
+                         testsel.touched_tests(MODULE, {10}))
 
-    def test_an_import_alone_selects_no_class(self):
-        self.assertEqual([], testsel.touched_classes(MODULE, {1}))
+    def test_an_import_alone_selects_no_test(self):
+        self.assertEqual([], testsel.touched_tests(MODULE, {1}))
 
     def test_a_changed_module_level_function_selects_the_module(self):
-        self.assertIsNone(testsel.touched_classes(MODULE, {5}))
+        self.assertIsNone(testsel.touched_tests(MODULE, {5}))
 
     def test_an_unrelated_class_stays_out(self):
-        self.assertEqual(['Other'], testsel.touched_classes(MODULE, {19}))
+        self.assertEqual([('Other', 'test_b')],
+                         testsel.touched_tests(MODULE, {19}))
+
+    def test_a_changed_setup_selects_the_whole_class(self):
+        self.assertEqual([('Other', None)],
+                         testsel.touched_tests(MODULE, {19, 22}))
+
+    def test_a_changed_decorator_belongs_to_its_test(self):
+        self.assertEqual([('Other', 'test_c')],
+                         testsel.touched_tests(MODULE, {24}))
+
+    def test_the_filters_match_the_selected_tests_only(self):
+        mod = 'nova.tests.functional.test_x'
+        filters = testsel.touched_regex(
+            mod, [('Base', 'test_a'), ('Child', 'test_a'), ('Other', None)])
+        import re
+
+        def picked(test_id):
+            return any(re.search(f, test_id) for f in filters)
+        self.assertTrue(picked(mod + '.Base.test_a'))
+        self.assertTrue(picked(mod + '.Child.test_a'))
+        self.assertTrue(picked(mod + '.Other.test_anything'))
+        self.assertFalse(picked(mod + '.Base.test_a_longer'))
+        self.assertFalse(picked(mod + '.Base.test_b'))
+        self.assertFalse(picked(mod + '.BaseMore.test_a'))
 
 
 class Scratch:

@@ -26,7 +26,7 @@ import unittest
 # Upstream tests that touch what the series changes: they must stay green.
 # Besides these, each series selects the unit test module of every source
 # module it changes and, of every upstream test module it changes, the
-# classes it changes (nova_selection).
+# tests it changes (nova_selection).
 NOVA_REGRESSION = {
     'unit': [
         r'^nova\.tests\.unit\.scheduler\.test_request_filter\.',
@@ -161,11 +161,16 @@ def changed_lines(project, path):
     return lines
 
 
-def touched_classes(source, lines):
-    """The top-level classes of a test module whose lines are in `lines`,
-    with their subclasses in the module (they run the changed tests under
-    their own names); None when a change lies outside every class and is
-    not an import (the whole module is then selected)."""
+def touched_tests(source, lines):
+    """What to run of an upstream test module whose lines `lines` changed.
+
+    [(class, test method or None for the whole class)]: a test method the
+    series changes runs in its class and in the class's subclasses in the
+    module (they run it under their own names); a change to a class's
+    other code (setUp, helpers, attributes) runs the whole class and its
+    subclasses. None when a change lies outside every class and is not an
+    import: the whole module is then selected.
+    """
     import ast
     tree = ast.parse(source)
     classes, outside = {}, False
@@ -175,29 +180,67 @@ def touched_classes(source, lines):
             if node.decorator_list:
                 span.update(range(node.decorator_list[0].lineno,
                                   node.lineno))
-            classes[node.name] = (span, {getattr(b, 'id', None) or
-                                         getattr(b, 'attr', None)
-                                         for b in node.bases})
+            tests = {}
+            for item in node.body:
+                if (isinstance(item, ast.FunctionDef) and
+                        item.name.startswith('test')):
+                    first = min([item.lineno] + [
+                        d.lineno for d in item.decorator_list])
+                    tests[item.name] = set(range(first,
+                                                 item.end_lineno + 1))
+            classes[node.name] = (span, tests, {
+                getattr(b, 'id', None) or getattr(b, 'attr', None)
+                for b in node.bases})
         elif span & lines and not isinstance(node, (ast.Import,
                                                     ast.ImportFrom)):
             outside = True
     if outside:
         return None
-    touched = {name for name, (span, _b) in classes.items() if span & lines}
+    # {class: set of changed test methods, or None for the whole class}
+    touched = {}
+    for name, (span, tests, _b) in classes.items():
+        changed = span & lines
+        if not changed:
+            continue
+        in_tests = {t for t, t_span in tests.items() if t_span & changed}
+        in_tests_lines = set().union(*(tests[t] for t in in_tests))
+        touched[name] = in_tests if changed <= in_tests_lines else None
     grew = True
     while grew:
-        more = {name for name, (_s, bases) in classes.items()
-                if bases & touched} - touched
-        touched |= more
-        grew = bool(more)
-    return sorted(touched)
+        grew = False
+        for name, (_s, _t, bases) in classes.items():
+            for base in bases & set(touched):
+                want = touched[base]
+                have = touched.get(name, set())
+                merged = None if want is None or have is None else (
+                    have | want)
+                if name not in touched or merged != have:
+                    touched[name] = merged
+                    grew = True
+    return sorted((name, test) for name, tests in touched.items()
+                  for test in (sorted(tests) if tests is not None
+                               else [None]))
+
+
+def touched_regex(mod, tests):
+    """An stestr filter for touched_tests()'s selection of module mod."""
+    whole = sorted({c for c, t in tests if t is None})
+    parts = []
+    if whole:
+        parts.append('^%s\\.(%s)\\.' % (re.escape(mod), '|'.join(whole)))
+    for cls in sorted({c for c, t in tests if t is not None} - set(whole)):
+        names = sorted(t for c, t in tests if c == cls)
+        parts.append('^%s\\.%s\\.(%s)(?:$|\\W)' % (
+            re.escape(mod), cls, '|'.join(names)))
+    return parts
 
 
 def nova_selection(project):
     """{'unit': [regex], 'functional': [regex]}: stestr filters. A test
     module the series adds, or the unit test module of a source module it
     changes, is selected whole; of an upstream test module it changes,
-    the classes it changes and their subclasses."""
+    the test methods it changes (in their classes and subclasses), or the
+    classes whose other code it changes and their subclasses."""
     sel = {kind: list(mods)
            for kind, mods in REGRESSION[project.name].items()}
     added = added_files(project)
@@ -211,12 +254,12 @@ def nova_selection(project):
                 continue
             kind = mod.split('.')[2]  # nova.tests.<unit|functional>...
             if path not in added:
-                classes = touched_classes(
+                tests = touched_tests(
                     (project.tree / path).read_text(),
                     changed_lines(project, path))
-                if classes is not None:
-                    if classes:
-                        narrowed[mod] = (kind, classes)
+                if tests is not None:
+                    if tests:
+                        narrowed[mod] = (kind, tests)
                     continue
         else:
             # nova/x/y.py -> nova/tests/unit/x/test_y.py, when it exists
@@ -228,10 +271,9 @@ def nova_selection(project):
             mod, kind = cand[:-3].replace('/', '.'), 'unit'
         if kind in sel and module_regex(mod) not in sel[kind]:
             sel[kind].append(module_regex(mod))
-    for mod, (kind, classes) in narrowed.items():
+    for mod, (kind, tests) in narrowed.items():
         if kind in sel and module_regex(mod) not in sel[kind]:
-            sel[kind].append('^%s\\.(%s)\\.' % (
-                re.escape(mod), '|'.join(classes)))
+            sel[kind].extend(touched_regex(mod, tests))
     return sel
 
 
