@@ -136,6 +136,37 @@ class Cyborg34(Cyborg33):
         return sorted(self.fixture.handles_in_use())
 
 
+class HostMdevs(object):
+    """fakelibvirt's mdevs of a host, as the line being run spells them.
+
+    Nova 33 + patches/nova keeps FakeMdev in Connection._mdevs (``type``,
+    ``autostart_flag``, found by Connection.mdev_by_uuid()); nova 34 +
+    patches/nova34 keeps FakeMdevDevice in Connection.mdev_info
+    (``type_id``, ``autostart``, found by mdev_info.find_by_uuid()). Both
+    have the mdevs that are active or only defined.
+    """
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.line33 = hasattr(conn, 'mdev_by_uuid')
+
+    def by_name(self):
+        return (self.conn._mdevs if self.line33
+                else self.conn.mdev_info.devices)
+
+    def find(self, uuid):
+        """The mdev of that uuid (the fixture's own object), or None."""
+        if self.line33:
+            return self.conn.mdev_by_uuid(uuid)
+        return self.conn.mdev_info.find_by_uuid(uuid)
+
+    def type_of(self, mdev):
+        return mdev.type if self.line33 else mdev.type_id
+
+    def autostarts(self, mdev):
+        return mdev.autostart_flag if self.line33 else mdev.autostart
+
+
 class NovaStory(base.ServersTestBase):
 
     microversion = 'latest'
@@ -270,12 +301,14 @@ class NovaStory(base.ServersTestBase):
     def node_devices(self):
         """Every mdev libvirt knows, active or only defined."""
         devs = []
-        for name, mdev in sorted(self.conn._mdevs.items()):
+        mdevs = HostMdevs(self.conn)
+        for name, mdev in sorted(mdevs.by_name().items()):
             devs.append({
-                'name': name, 'parent': mdev.parent(), 'type': mdev.type,
-                'uuid': mdev.uuid, 'active': mdev.active,
-                'persistent': mdev.persistent,
-                'autostart': mdev.autostart_flag})
+                'name': name, 'parent': mdev.parent(),
+                'type': mdevs.type_of(mdev), 'uuid': mdev.uuid,
+                'active': bool(mdev.active),
+                'persistent': bool(mdev.persistent),
+                'autostart': bool(mdevs.autostarts(mdev))})
         return devs
 
     def parent_available(self):
@@ -508,11 +541,13 @@ class NovaStory(base.ServersTestBase):
         xml = self.domain_xml(server)
         step['hostdevs'] = self.hostdevs(xml)
         (uuid,) = self.hostdev_uuids(xml) or [None]
-        mdev = self.conn.mdev_by_uuid(uuid) if uuid else None
+        mdevs = HostMdevs(self.conn)
+        mdev = mdevs.find(uuid) if uuid else None
         step['mdev'] = mdev and {'uuid': uuid, 'parent': mdev.parent(),
-                                 'type': mdev.type}
+                                 'type': mdevs.type_of(mdev)}
         check(4, 'its mdev is on Nova\'s parent %s' % story.NOVA_PARENT,
-              mdev is not None and (mdev.parent(), mdev.type) == (
+              mdev is not None and (mdev.parent(),
+                                    mdevs.type_of(mdev)) == (
                   story.pci_nodedev_name(story.NOVA_PARENT),
                   story.NOVA_MDEV_TYPE), step['mdev'])
         check(4, 'the Cyborg server still has exactly its own mdev',
@@ -523,10 +558,11 @@ class NovaStory(base.ServersTestBase):
     def step5_lifecycle(self):
         step = RECORD['steps']['5'] = {}
         uuid = self.arq['attach_handle_uuid']
-        mdev = self.conn.mdev_by_uuid(uuid)
+        mdevs = HostMdevs(self.conn)
+        mdev = mdevs.find(uuid)
         self.now = 'hard reboot cyborg-server'
         self._reboot_server(self.cyborg_server, hard=True)
-        after = self.conn.mdev_by_uuid(uuid)
+        after = mdevs.find(uuid)
         step['reboot'] = {
             'hostdev_uuids': self.hostdev_uuids(
                 self.domain_xml(self.cyborg_server)),

@@ -3,10 +3,10 @@
     python3 tools/demo/run.py [--verbose] [--json FILE] [--no-materialize]
                               [--nova nova34|nova]
 
-Materializes a Nova series (the 33 line, nova 33.0.2 + patches/nova;
---nova nova34 or DEMO_NOVA=nova34 for the primary line, once its
-fakelibvirt models the story's PCI mtty parents) and Cyborg's, makes their venvs (reused when they are already there), then
-runs the story with the real patched code:
+Materializes a Nova series (the primary line, nova 34.0.0 +
+patches/nova34; --nova nova or DEMO_NOVA=nova for the 33 line, nova 33.0.2
++ patches/nova) and Cyborg's, makes their venvs (reused when they are
+already there), then runs the story with the real patched code:
 
   1. Cyborg: the generic mdev driver, loaded through its entry point,
      discovers a fake sysfs mdev tree; Cyborg's conductor reports it to the
@@ -19,8 +19,9 @@ runs the story with the real patched code:
      against libvirt's own RelaxNG schemas (tools/libvirt_schemas.py).
 
 On a machine shared with other Nova test runs, DEMO_NOVA_LOCK=FILE runs the
-Nova step under `flock FILE`. Standard library only. The last line is "demo: all N checks passed" (exit 0)
-or names the checks that failed (exit 1).
+Nova step under `flock FILE`. Standard library only. The last line is
+"demo: all N checks passed" (exit 0) or names the checks that failed
+(exit 1).
 """
 
 import argparse
@@ -220,11 +221,13 @@ def render(cy, nova, checks, verbose):
                                            ', '.join(i['devices']))
                     if i['devices'] else '')
                 for t, i in types.items())))
-        say('[mdev] device_spec =')
-        for value in cy['device_spec']:
-            say('  ' + value)
-        say('driver (entry point cyborg.accelerator.driver): '
-            + cy['driver'])
+        if 'device_spec' in cy:
+            say('[mdev] device_spec =')
+            for value in cy['device_spec']:
+                say('  ' + value)
+        if 'driver' in cy:
+            say('driver (entry point cyborg.accelerator.driver): '
+                + cy['driver'])
         for dev in cy.get('discovered', []):
             say('discover(): device %s:%s, controlpath %s' % (
                 dev['vendor'], dev['model'],
@@ -394,11 +397,11 @@ def main(argv=None):
                         help='use the Nova tree, build/cyborg and their '
                         'venvs as they are (what the tests do)')
     parser.add_argument('--nova', choices=sorted(NOVA_LINES),
-                        default=os.environ.get('DEMO_NOVA', 'nova'),
-                        help='the Nova line: nova (the 33 line, nova 33.0.2 '
-                        '+ patches/nova; the default) or nova34 (nova 34.0.0 '
-                        '+ patches/nova34: its fakelibvirt has no PCI mtty '
-                        'parent yet, step 2 says so)')
+                        default=os.environ.get('DEMO_NOVA', 'nova34'),
+                        help='the Nova line: nova34 (the primary line, nova '
+                        '34.0.0 + patches/nova34; the default) or nova (the '
+                        '33 line, nova 33.0.2 + patches/nova); DEMO_NOVA '
+                        'sets the default')
     args = parser.parse_args(argv)
     start = time.time()
     try:
