@@ -355,6 +355,9 @@ class NovaStory(base.ServersTestBase):
         nova.conf.devices.register_dynamic_opts(nova.conf.CONF)
         self.flags(device_addresses=[story.NOVA_PARENT],
                    group='mdev_%s' % story.NOVA_MDEV_TYPE)
+        # nova-compute's own calls to Cyborg (host boot, the periodic
+        # clean-up of deleted instances) use the [cyborg] credentials
+        self.flags(auth_type='none', group='cyborg')
         pci_info = fakelibvirt.HostPCIDevicesInfo(
             num_pci=0, num_pfs=0, num_vfs=0)
         if not hasattr(pci_info, 'add_mtty_parent'):
@@ -608,8 +611,14 @@ class NovaStory(base.ServersTestBase):
                   if u not in pre), left)
         check(5, 'delete: attach handle released',
               step['delete']['handles_in_use'] == [])
+        # A deleted instance keeps its claims until nova-compute's periodic
+        # clean-up of deleted instances finds Cyborg binds none of its ARQs
+        # on the host any more (so that a failed unbind is retried).
+        self.compute.manager._run_pending_deletes(
+            nova_context.get_admin_context())
         left = self.claims(self.cyborg_server)
-        check(5, 'delete: the deleted server claims no mdev any more',
+        check(5, 'delete: once the periodic clean-up of deleted instances '
+              'ran, the deleted server claims no mdev any more',
               left == {}, left)
         step['tree'] = self.provider_tree()
         step['log'] = self.log.lines
