@@ -115,7 +115,7 @@ class Cyborg33(fixtures.Fixture):
         self.fixture.add_device_profile(name, groups, handles)
 
     def arqs_of(self, instance_uuid):
-        return self.fixture._get_arqs_for_instance(instance_uuid)
+        return self.fixture._get_arqs_shown_for_instance(instance_uuid)
 
     def handles_in_use(self, dp_name):
         return sorted(self.fixture.handles_in_use(dp_name))
@@ -130,7 +130,7 @@ class Cyborg34(Cyborg33):
                 uuids=[handle['uuid']])
 
     def arqs_of(self, instance_uuid):
-        return self.fixture.fake_get_arqs_for_instance(instance_uuid)
+        return self.fixture.fake_get_arqs_shown_for_instance(instance_uuid)
 
     def handles_in_use(self, dp_name):
         return sorted(self.fixture.handles_in_use())
