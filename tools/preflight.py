@@ -204,13 +204,19 @@ def missing_packages(packages):
     return [p for p in packages if p not in installed]
 
 
+def tier3_on():
+    """Whether the lab runs its tier 3 (LAB_TIER3=1), which alone needs
+    the cloud's packages and build/venvs/lab-cloud."""
+    return os.environ.get('LAB_TIER3') == '1'
+
+
 def to_fetch(lab):
     """What the next run fetches from PyPI (sdists, venvs) that build/
     does not hold yet."""
     bases = configparser.ConfigParser()
     bases.read(TOP / 'bases.ini')
-    venvs = list(bases.sections()) + ['tools'] + (['lab-cloud'] if lab
-                                                  else [])
+    venvs = list(bases.sections()) + ['tools'] + (
+        ['lab-cloud'] if lab and tier3_on() else [])
     missing = ['build/venvs/%s' % name for name in venvs
                if not (BUILD / 'venvs' / name / 'bin' / 'python').exists()]
     cached = {p.name.lower() for p in (BUILD / 'cache').glob('*.tar.gz')}
@@ -229,8 +235,9 @@ def pending(lab):
     packages = []
     if lab:
         _, lab_run = lab_modules()
-        packages = missing_packages(lab_run.TIER2_PACKAGES +
-                                    lab_run.TIER3_PACKAGES)
+        packages = missing_packages(
+            lab_run.TIER2_PACKAGES +
+            (lab_run.TIER3_PACKAGES if tier3_on() else []))
     return fetch, packages
 
 

@@ -11,6 +11,7 @@ import os
 import pathlib
 import socket
 import sys
+import tempfile
 import types
 import unittest
 from unittest import mock
@@ -21,6 +22,7 @@ import preflight  # noqa: E402
 import testsel  # noqa: E402
 
 GIB = 1 << 30
+TO_FETCH = preflight.to_fetch
 DEBIAN = {'ID': 'debian', 'VERSION_ID': '12',
           'PRETTY_NAME': 'Debian GNU/Linux 12 (bookworm)'}
 
@@ -58,6 +60,25 @@ class PreflightTest(unittest.TestCase):
     def test_a_machine_that_has_everything_passes(self):
         self.assertEqual([], preflight.problems(lab=True))
         self.assertEqual([], preflight.problems(lab=False))
+
+    def test_the_cloud_s_packages_and_venv_only_for_tier3(self):
+        # tier 3 is opt-in: a run without it installs neither, and the
+        # preflight does not announce them
+        _, lab_run = preflight.lab_modules()
+        lab_run.TIER2_PACKAGES = ['qemu-system-x86']
+        lab_run.TIER3_PACKAGES = ['mariadb-server']
+        self.replace('missing_packages', lambda packages: list(packages))
+        build = pathlib.Path(self.enterContext(
+            tempfile.TemporaryDirectory()))
+        self.replace('BUILD', build)
+        for tier3, packages in (('0', ['qemu-system-x86']),
+                                ('1', ['qemu-system-x86', 'mariadb-server'])):
+            with mock.patch.dict(os.environ, {'LAB_TIER3': tier3}):
+                self.assertEqual(packages, preflight.pending(lab=True)[1])
+                self.assertEqual(tier3 == '1', 'build/venvs/lab-cloud' in
+                                 TO_FETCH(lab=True))
+                self.assertNotIn('build/venvs/lab-cloud',
+                                 TO_FETCH(lab=False))
 
     def test_not_debian_12_on_amd64(self):
         self.replace('os_release', lambda: {
