@@ -294,6 +294,8 @@ class CheckTest(unittest.TestCase):
 
         class Broken:
             name = 'nova'
+            # (the sdist could not be fetched: no tree)
+            tree = pathlib.Path('/nonexistent/build/nova')
 
             def materialize(self):
                 raise Error('patch 0002-b.patch does not apply to '
@@ -326,6 +328,31 @@ class CheckTest(unittest.TestCase):
                       'build/nova', out)
         self.assertIn('   nova unit: not run: build/nova or its venv could '
                       'not be made (see above)', out)
+
+    def test_a_series_that_does_not_apply_still_gets_its_venv(self):
+        # verify lints, with the venv, the patches that apply
+        class Error(Exception):
+            pass
+
+        made = []
+
+        class Broken:
+            name = 'nova'
+            tree = pathlib.Path(__file__).parent
+
+            def materialize(self):
+                raise Error('patch 0002-b.patch does not apply to '
+                            'build/nova')
+
+            def make_venv(self):
+                made.append(self.name)
+
+        ready, tally = testsel.prepare(Broken(), Error)
+
+        self.assertFalse(ready)
+        self.assertEqual(['nova'], made)
+        self.assertEqual(['nova: patch 0002-b.patch does not apply to '
+                          'build/nova'], tally.failures)
 
 
 if __name__ == '__main__':

@@ -528,8 +528,10 @@ def run_lab():
 
 
 def prepare(project, error):
-    """Materialize and make the venv; False (and one failure each, saying
-    what to do) when the project's tests cannot run."""
+    """Materialize and make the venv; False (and one failure, saying what
+    to do) when the project's tests cannot run. A series that does not
+    apply still gets the venv when its base is there: verify lints the
+    patches that do apply with it."""
     tally = Tally()
     for step in (project.materialize, project.make_venv):
         try:
@@ -537,6 +539,11 @@ def prepare(project, error):
         except error as e:
             tally.fail('%s: %s' % (project.name, str(e).splitlines()[0]))
             print('series: error: %s' % e, flush=True)
+            if step == project.materialize and project.tree.is_dir():
+                try:
+                    project.make_venv()
+                except error as e2:
+                    print('series: error: %s' % e2, flush=True)
             return False, tally
     return True, tally
 
