@@ -85,6 +85,22 @@ class PlannedTest(unittest.TestCase):
             self.assertEqual(len(names), len(set(names)), script)
 
 
+class SkippedTier3Test(unittest.TestCase):
+
+    def test_tier3_not_asked_for_counts_its_checks_as_skipped(self):
+        # the same checks in every run's total, with or without LAB_TIER3
+        names, _ = quietly(run.read_plan, LAB / 'tier3.py')
+        ran = []
+        with mock.patch.object(testsel, 'load_lab_run', lambda: run), \
+                mock.patch.object(run, 'run', lambda tiers: (
+                    ran.append(tiers), testsel.Tally())[1]), \
+                mock.patch.dict(os.environ, {'LAB_TIER3': ''}):
+            tally, out = quietly(testsel.run_lab)
+        self.assertEqual([('tier1', 'tier2')], ran)
+        self.assertEqual((0, 0, len(names), 0), counts(tally))
+        self.assertIn('   SKIP %s\n' % names[0], out)
+
+
 class Tier1Test(unittest.TestCase):
 
     def test_documents_apart_only_by_nova_creation_time_are_one(self):
