@@ -526,8 +526,9 @@ def run_lab():
     and with LAB_TIER3=1 the primary line as a cloud on that mdev (tier 3:
     20 minutes on 2 cores, which CI's time limit cannot hold with the
     rest; see doc/lab.md)."""
+    import preflight
     lab_run = load_lab_run()
-    if os.environ.get('LAB_TIER3') == '1':
+    if preflight.tier3_on():
         return lab_run.run(('tier1', 'tier2', 'tier3'))
     tally = lab_run.run(('tier1', 'tier2'))
     # the same checks in every run's total
@@ -541,18 +542,23 @@ def prepare(project, error):
     apply still gets the venv when its base is there: verify lints the
     patches that do apply with it."""
     tally = Tally()
-    for step in (project.materialize, project.make_venv):
-        try:
-            step()
-        except error as e:
-            tally.fail('%s: %s' % (project.name, str(e).splitlines()[0]))
-            print('series: error: %s' % e, flush=True)
-            if step == project.materialize and project.tree.is_dir():
-                try:
-                    project.make_venv()
-                except error as e2:
-                    print('series: error: %s' % e2, flush=True)
-            return False, tally
+    try:
+        project.materialize()
+    except error as e:
+        tally.fail('%s: %s' % (project.name, str(e).splitlines()[0]))
+        print('series: error: %s' % e, flush=True)
+        if project.tree.is_dir():
+            try:
+                project.make_venv()
+            except error as e2:
+                print('series: error: %s' % e2, flush=True)
+        return False, tally
+    try:
+        project.make_venv()
+    except error as e:
+        tally.fail('%s: %s' % (project.name, str(e).splitlines()[0]))
+        print('series: error: %s' % e, flush=True)
+        return False, tally
     return True, tally
 
 
