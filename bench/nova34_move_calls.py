@@ -1,6 +1,7 @@
-"""How many Cyborg and Placement calls a resize and a cold migration of a
-server with Cyborg MDEV ARQs make, against a spawn plus a delete with the
-same ARQs, and an evacuation as today's reference.
+"""How many Cyborg and Placement calls a resize of a server with Cyborg
+MDEV ARQs makes (to a flavor without a device profile, and back), against
+a spawn plus a delete with the same ARQs, and an evacuation as today's
+reference.
 
 Run from the nova34 tree with its venv:
 
@@ -13,7 +14,9 @@ counts only the calls of the operation itself (the boot of the server a
 move starts from is not counted):
 
 * spawn + delete: the boot of the server and its delete;
-* resize + confirm, cold migrate + revert: across hosts;
+* resize to no profile + confirm (the source's ARQs deleted), resize to a
+  profile + confirm (the destination's bound), and resize to a profile +
+  revert: across hosts;
 * resize + confirm without ARQs: what any resize costs Placement;
 * evacuate: the evacuation of the server from a compute that is down.
 
@@ -100,22 +103,34 @@ class Counting(move.MdevMoveTestBase):
         self.count('spawn + delete', spawn_and_delete)
         self.assert_nothing_left_anywhere()
 
-    def test_resize_and_confirm(self):
+    def test_resize_to_no_profile_and_confirm(self):
         server, _ = self.boot(host='compute1')
 
         def resize_and_confirm():
-            moved = self._resize_server(server, self.bigger_flavor)
+            moved = self._resize_server(server, self.plain_flavor)
             return self.confirm(moved)
-        server = self.count('resize + confirm', resize_and_confirm)
+        self.count('to no profile + confirm', resize_and_confirm)
+        self.assertEqual({}, self.cyborg.arqs)
+
+    def test_resize_to_a_profile_and_confirm(self):
+        server = self._create_server(
+            flavor_id=self.plain_flavor, networks='none', host='compute1')
+
+        def resize_and_confirm():
+            moved = self._resize_server(server, self.flavor)
+            return self.confirm(moved)
+        server = self.count('to a profile + confirm', resize_and_confirm)
         self.assertEqual(2, len(self.arq_mdevs_on(server, 'compute2')))
 
-    def test_cold_migrate_and_revert(self):
-        server, mdevs = self.boot(host='compute1')
+    def test_resize_to_a_profile_and_revert(self):
+        server = self._create_server(
+            flavor_id=self.plain_flavor, networks='none', host='compute1')
 
-        def migrate_and_revert():
-            return self._revert_resize(self._migrate_server(server))
-        server = self.count('cold migrate + revert', migrate_and_revert)
-        self.assertEqual(mdevs, self.arq_mdevs_on(server, 'compute1'))
+        def resize_and_revert():
+            return self._revert_resize(
+                self._resize_server(server, self.flavor))
+        self.count('to a profile + revert', resize_and_revert)
+        self.assertEqual({}, self.cyborg.arqs)
 
     def test_resize_without_arqs(self):
         server = self._create_server(
@@ -125,7 +140,7 @@ class Counting(move.MdevMoveTestBase):
         def resize_and_confirm():
             moved = self._resize_server(server, self.plain_flavor)
             return self.confirm(moved)
-        self.count('resize + confirm, no ARQ', resize_and_confirm)
+        self.count('no ARQ + confirm', resize_and_confirm)
 
     def test_evacuate(self):
         server, _ = self.boot(host='compute1')
@@ -145,20 +160,20 @@ def main():
         sys.exit('bench: a scenario failed; no figures')
     base_cyborg, base_placement = COUNTS['spawn + delete']
     print('%-28s %8s %10s %9s %11s' % (
-        'operation (2 MDEV ARQs)', 'Cyborg', 'Placement', 'Cyborg x',
+        'resize (2 MDEV ARQs)', 'Cyborg', 'Placement', 'Cyborg x',
         'Placement x'))
-    for name in ('spawn + delete', 'resize + confirm',
-                 'cold migrate + revert', 'resize + confirm, no ARQ',
-                 'evacuate'):
+    for name in ('spawn + delete', 'to no profile + confirm',
+                 'to a profile + confirm', 'to a profile + revert',
+                 'no ARQ + confirm', 'evacuate'):
         cyborg_calls, placement_calls = COUNTS[name]
         print('%-28s %8d %10d %9.2f %11.2f' % (
             name, cyborg_calls, placement_calls,
             cyborg_calls / base_cyborg, placement_calls / base_placement))
-    resize_cyborg, resize_placement = COUNTS['resize + confirm']
-    plain = COUNTS['resize + confirm, no ARQ'][1]
-    print('Placement calls the ARQs add to a resize: %d (a spawn plus a '
-          'delete with them: %d)' % (resize_placement - plain,
-                                      base_placement))
+    plain = COUNTS['no ARQ + confirm'][1]
+    for name in ('to no profile + confirm', 'to a profile + confirm'):
+        print('Placement calls the ARQs add to a resize %s: %d (a spawn '
+              'plus a delete with them: %d)' % (
+                  name, COUNTS[name][1] - plain, base_placement))
 
 
 if __name__ == '__main__':

@@ -498,8 +498,7 @@ class Steps:
             return
         undo = {'SHELVED_OFFLOADED': 'server unshelve', 'SHELVED':
                 'server unshelve', 'SHUTOFF': 'server start',
-                'PAUSED': 'server unpause', 'ERROR': 'server reboot --hard',
-                'VERIFY_RESIZE': 'server resize revert'}
+                'PAUSED': 'server unpause', 'ERROR': 'server reboot --hard'}
         try:
             cloud.wait_for('%s settles' % name, lambda: not self.server(
                 sid).get('OS-EXT-STS:task_state'), 300, step=2)
@@ -555,79 +554,6 @@ class Steps:
         self.wait_server(sid, 'ACTIVE')
         return 'offloaded: no domain, no ARQ, no mdev left; unshelved: ' \
             '%s (%ds)' % (self.verify(name), time.monotonic() - t)
-
-    def resize(self, name, flavor, confirm):
-        """A resize to the same host, then its confirm or revert. While it
-        waits for confirmation the server has two ARQs, each with its mdev
-        on the host and its usage in Placement, and its guest (a new QEMU
-        process) has the new ARQ's mdev; a confirm leaves only the new
-        ARQ and its mdev, a revert only the old ones, the guest in a new
-        QEMU process again."""
-        t = time.monotonic()
-        sid = self.servers[name]
-        old = {a['uuid']: a['attach_handle_uuid'] for a in self.arqs(sid)}
-        before = self.qemu_pid(name)
-        self.op('server resize --flavor %s %s' % (flavor, name), fmt=None)
-        self.wait_server(sid, 'VERIFY_RESIZE')
-        arqs = {a['uuid']: a for a in self.arqs(sid)}
-        new = {u: a['attach_handle_uuid'] for u, a in arqs.items()
-               if u not in old}
-        expect(len(arqs) == 2 and set(old) < set(arqs) and all(
-            a['state'] == 'Bound' for a in arqs.values()),
-            'while the resize waits for confirmation the server has ARQs '
-            '%s, not its own %s and a new one, both Bound' % (
-                {u: a['state'] for u, a in arqs.items()}, sorted(old)))
-        host = self.no_leaks()
-        domain = self.server(sid)['OS-EXT-SRV-ATTR:instance_name']
-        expect(host.hostdevs.get(domain) == list(new.values()),
-               'the resized guest has mdev hostdevs %s, not the new ARQ\'s '
-               '%s' % (host.hostdevs.get(domain), list(new.values())))
-        resized = host.qemu_pid.get(domain)
-        expect(resized != before, 'QEMU of %s is still process %s: the '
-               'guest was not rebuilt' % (domain, before))
-        self.op('accelerator arq list')
-        action = 'confirm' if confirm else 'revert'
-        self.op('server resize %s %s' % (action, name), fmt=None)
-        self.wait_server(sid, 'ACTIVE')
-        verified = self.verify(name)
-        kept = {a['uuid']: a['attach_handle_uuid'] for a in self.arqs(sid)}
-        expect(kept == (new if confirm else old),
-               'after the %s the server has ARQs %s, not %s' % (
-                   action, kept, new if confirm else old))
-        after = self.seen[2].qemu_pid.get(self.seen[0])
-        if not confirm:
-            expect(after != resized, 'QEMU of %s is still process %s: the '
-                   'guest was not rebuilt on revert' % (domain, resized))
-        return ('waiting for confirmation: ARQs %s and %s Bound, the guest '
-                'on mdev %s; %s: %s; QEMU pid %s -> %s -> %s (%ds)' % (
-                    list(old)[0], list(new)[0], list(new.values())[0],
-                    action, verified, before, resized, after,
-                    time.monotonic() - t))
-
-    def migrate_alone(self, name):
-        """A cold migration with one compute host: Nova accepts it, finds
-        no other host, and the server stays as it was."""
-        sid = self.servers[name]
-        before = self.arqs(sid)
-        pid = self.qemu_pid(name)
-        self.op('server migrate %s' % name, fmt=None)
-
-        def failed():
-            migrations = self.api.get(
-                'compute', '/os-migrations', instance_uuid=sid)['migrations']
-            return [m for m in migrations if m['migration_type'] ==
-                    'migration' and m['status'] == 'error']
-        cloud.wait_for('the migration of %s fails' % name, failed, 300,
-                       step=2)
-        self.wait_server(sid, 'ACTIVE')
-        expect([a['uuid'] for a in self.arqs(sid)] ==
-               [a['uuid'] for a in before], 'the ARQs changed: %s' %
-               self.arqs(sid))
-        verified = self.verify(name)
-        after = self.seen[2].qemu_pid.get(self.seen[0])
-        expect(after == pid, 'QEMU was process %s, is %s' % (pid, after))
-        return 'migration error (no other host), ARQ kept, QEMU pid %s ' \
-            'kept; %s' % (after, verified)
 
     def refused(self, name, command, words):
         """An operation Nova does not do with accelerators: refused with
