@@ -1,7 +1,6 @@
-"""How many Cyborg and Placement calls a resize of a server with Cyborg
-MDEV ARQs makes (to a flavor without a device profile, and back), against
-a spawn plus a delete with the same ARQs, and an evacuation as today's
-reference.
+"""How many Cyborg and Placement calls a resize or a cold migration of a
+server with Cyborg MDEV ARQs makes, against a spawn plus a delete with the
+same ARQs, and an evacuation as today's reference.
 
 Run from the nova34 tree with its venv:
 
@@ -17,12 +16,14 @@ move starts from is not counted):
 * resize to no profile + confirm (the source's ARQs deleted), resize to a
   profile + confirm (the destination's bound), and resize to a profile +
   revert: across hosts;
+* resize to the same profile + confirm, reverted, and a cold migration +
+  confirm: the moves that hold two sets (Cyborg's API 2.4);
 * resize + confirm without ARQs: what any resize costs Placement;
 * evacuate: the evacuation of the server from a compute that is down.
 
 Cyborg calls are counted at the calls Nova's client makes to Cyborg's API
 (a device profile read, an ARQ create, a bind, an ARQ list, an ARQ read, a
-delete); Placement calls at the report client's HTTP methods (GET, POST,
+delete, and the API's read of Cyborg's versions); Placement calls at the report client's HTTP methods (GET, POST,
 PUT, DELETE), which the scheduler, the conductor and the computes share. No
 assertion: the numbers are printed for a person to read, with the ratios
 of each move to a spawn plus a delete.
@@ -48,7 +49,8 @@ from nova.tests.functional.libvirt import (  # noqa: E402
 CYBORG_CALLS = ('_get_device_profile_list',
                 'create_arqs_and_match_resource_providers', 'bind_arqs',
                 '_get_arqs_shown_for_instance', 'get_arq_by_uuid',
-                'delete_arqs_by_uuid', 'delete_arqs_for_instance')
+                'delete_arqs_by_uuid', 'delete_arqs_for_instance',
+                'binds_move_arqs')
 PLACEMENT_CALLS = ('get', 'post', 'put', 'delete')
 COUNTS = {}
 
@@ -132,6 +134,32 @@ class Counting(move.MdevMoveTestBase):
         self.count('to a profile + revert', resize_and_revert)
         self.assertEqual({}, self.cyborg.arqs)
 
+    def test_resize_to_the_same_profile_and_confirm(self):
+        server, _ = self.boot(host='compute1')
+
+        def resize_and_confirm():
+            moved = self._resize_server(server, self.bigger_flavor)
+            return self.confirm(moved)
+        server = self.count('same profile + confirm', resize_and_confirm)
+        self.assertEqual(2, len(self.arq_mdevs(server)))
+
+    def test_resize_to_the_same_profile_and_revert(self):
+        server, mdevs = self.boot(host='compute1')
+
+        def resize_and_revert():
+            return self._revert_resize(
+                self._resize_server(server, self.bigger_flavor))
+        server = self.count('same profile + revert', resize_and_revert)
+        self.assertEqual(mdevs, self.arq_mdevs(server))
+
+    def test_cold_migrate_and_confirm(self):
+        server, _ = self.boot(host='compute1')
+
+        def migrate_and_confirm():
+            return self.confirm(self._migrate_server(server))
+        server = self.count('cold migrate + confirm', migrate_and_confirm)
+        self.assertEqual(2, len(self.arq_mdevs_on(server, 'compute2')))
+
     def test_resize_without_arqs(self):
         server = self._create_server(
             flavor_id=self._create_flavor(), networks='none',
@@ -164,13 +192,15 @@ def main():
         'Placement x'))
     for name in ('spawn + delete', 'to no profile + confirm',
                  'to a profile + confirm', 'to a profile + revert',
-                 'no ARQ + confirm', 'evacuate'):
+                 'same profile + confirm', 'same profile + revert',
+                 'cold migrate + confirm', 'no ARQ + confirm', 'evacuate'):
         cyborg_calls, placement_calls = COUNTS[name]
         print('%-28s %8d %10d %9.2f %11.2f' % (
             name, cyborg_calls, placement_calls,
             cyborg_calls / base_cyborg, placement_calls / base_placement))
     plain = COUNTS['no ARQ + confirm'][1]
-    for name in ('to no profile + confirm', 'to a profile + confirm'):
+    for name in ('to no profile + confirm', 'to a profile + confirm',
+                 'same profile + confirm', 'cold migrate + confirm'):
         print('Placement calls the ARQs add to a resize %s: %d (a spawn '
               'plus a delete with them: %d)' % (
                   name, COUNTS[name][1] - plain, base_placement))

@@ -189,8 +189,17 @@ class OperatorsDay(Day):
                   lambda s, d: s.snapshot('vm1')),
         lifecycle('shelve', 'shelve (offloaded: no domain, no ARQ, no '
                   'mdev), unshelve', lambda s, d: s.shelve_unshelve('vm1')),
+    ] + ([
         refused('resize', 'resize', 'server resize --flavor mtty.small vm1'),
         refused('migrate', 'migrate', 'server migrate vm1'),
+    ] if cloud.NOVA_LINE == 'nova' else [
+        lifecycle('resize', 'resize to the same host, revert, resize, '
+                  'confirm: both ARQs and mdevs while it waits, the kept '
+                  'one after', lambda s, d: s.resize_same_host('vm1')),
+        lifecycle('migrate', 'cold migrate with no other host: no valid '
+                  'host, the server and its ARQ kept',
+                  lambda s, d: s.migrate_nowhere('vm1')),
+    ]) + [
         refused('live_migrate', 'live-migrate',
                 'server migrate --live-migration vm1'),
         refused('suspend', 'suspend', 'server suspend vm1'),

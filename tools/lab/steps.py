@@ -498,7 +498,8 @@ class Steps:
             return
         undo = {'SHELVED_OFFLOADED': 'server unshelve', 'SHELVED':
                 'server unshelve', 'SHUTOFF': 'server start',
-                'PAUSED': 'server unpause', 'ERROR': 'server reboot --hard'}
+                'PAUSED': 'server unpause', 'ERROR': 'server reboot --hard',
+                'VERIFY_RESIZE': 'server resize revert'}
         try:
             cloud.wait_for('%s settles' % name, lambda: not self.server(
                 sid).get('OS-EXT-STS:task_state'), 300, step=2)
@@ -577,6 +578,96 @@ class Steps:
         expect([a['uuid'] for a in self.arqs(sid)] ==
                [a['uuid'] for a in before], 'the ARQs changed')
         return 'refused: "%s"; %s' % (text[:200], self.verify(name))
+
+    def verify_resized(self, name, source):
+        """A server in VERIFY_RESIZE on the one compute host: its guest has
+        the mdev of the ARQ bound for the resize; the source's ARQ and mdev
+        stay until the resize is confirmed (two ARQs Bound, two mdevs, both
+        used in Placement). Returns the destination's mdev."""
+        sid = self.servers[name]
+        srv = self.server(sid)
+        expect(srv['status'] == 'VERIFY_RESIZE', '%s is %s' % (
+            name, srv['status']))
+        domain = srv['OS-EXT-SRV-ATTR:instance_name']
+        arqs = self.arqs(sid)
+        handles = sorted(a['attach_handle_uuid'] for a in arqs)
+        expect(len(arqs) == 2 and all(
+            a['state'] == 'Bound' and a['attach_handle_type'] == 'MDEV'
+            for a in arqs) and source in handles,
+            'ARQs of %s while it waits for confirmation: %s' % (name, [
+                (a['uuid'], a['state'], a['attach_handle_uuid'])
+                for a in arqs]))
+        dest = [h for h in handles if h != source][0]
+        host = probe(self.lab.guest)
+        expect(host.hostdevs.get(domain) == [dest],
+               'domain %s has mdev hostdevs %s, not [%s]' % (
+                   domain, host.hostdevs.get(domain), dest))
+        expect(host.domains.get(domain) == 'running' and
+               dest in host.qemu.get(domain, []),
+               'domain %s is %s, QEMU sysfsdevs %s' % (
+                   domain, host.domains.get(domain), host.qemu.get(domain)))
+        for uuid in (source, dest):
+            expect(host.mdevs.get(uuid) == ('mtty', MDEV_TYPE),
+                   'mdev %s in sysfs: %s' % (uuid, host.mdevs.get(uuid)))
+            expect(uuid in host.defined, 'mdevctl --defined lacks %s: %s'
+                   % (uuid, sorted(host.defined)))
+        self.no_leaks(host)
+        return dest
+
+    def resize_same_host(self, name):
+        """A resize to another flavor with the device profile, to the one
+        compute host (allow_resize_to_same_host): the destination's ARQ is
+        bound and its mdev made while the source's stay; the revert gives
+        the guest its own back and removes the destination's; a second
+        resize's confirm removes the source's."""
+        t = time.monotonic()
+        sid = self.servers[name]
+        self.verify(name)
+        source = self.seen[1]
+        details = []
+        for then in ('revert', 'confirm'):
+            self.op('server resize --flavor mtty.small %s' % name, fmt=None)
+            self.wait_server(sid, 'VERIFY_RESIZE')
+            dest = self.verify_resized(name, source)
+            self.op('accelerator arq list --long')
+            self.op('server resize %s %s' % (then, name), fmt=None)
+            self.wait_server(sid, 'ACTIVE')
+            self.verify(name)
+            kept = source if then == 'revert' else dest
+            expect(self.seen[1] == kept, 'after the %s %s has mdev %s, not '
+                   '%s' % (then, name, self.seen[1], kept))
+            gone = dest if then == 'revert' else source
+            expect(gone not in self.seen[2].mdevs and
+                   gone not in self.seen[2].defined,
+                   'mdev %s is left after the %s' % (gone, then))
+            details.append('%s: mdev %s kept, %s removed' % (
+                then, kept, gone))
+        flavor = self.server(sid)['flavor']['original_name']
+        expect(flavor == 'mtty.small', '%s has flavor %s' % (name, flavor))
+        return '%s; %s (%ds)' % ('; '.join(details), self.verify(name),
+                                 time.monotonic() - t)
+
+    def migrate_nowhere(self, name):
+        """A cold migration with no other compute host: accepted, the
+        scheduler finds no host, the server keeps running with its ARQ and
+        mdev, and no ARQ is left behind."""
+        sid = self.servers[name]
+        before = [a['uuid'] for a in self.arqs(sid)]
+        self.op('server migrate %s' % name, fmt=None)
+
+        def failed():
+            migrations = self.api.get(
+                'compute', '/os-migrations', instance_uuid=sid)['migrations']
+            return [m for m in migrations if m['migration_type'] ==
+                    'migration' and m['status'] == 'error'] or None
+        cloud.wait_for('the migration of %s in error' % name, failed, 300,
+                       step=2, service=self.lab.guest.service)
+        self.wait_server(sid, 'ACTIVE')
+        expect([a['uuid'] for a in self.arqs(sid)] == before,
+               'the ARQs of %s changed: %s' % (name, self.arqs(sid)))
+        expect(len(self.arqs()) == len(before),
+               'ARQs left by the migration: %s' % self.arqs())
+        return 'no valid host, migration error; %s' % self.verify(name)
 
     def host_reboot(self, name):
         """The compute host reboots: its services stop, the kernel goes
