@@ -23,7 +23,9 @@ move starts from is not counted):
 
 Cyborg calls are counted at the calls Nova's client makes to Cyborg's API
 (a device profile read, an ARQ create, a bind, an ARQ list, an ARQ read, a
-delete, and the API's read of Cyborg's versions); Placement calls at the report client's HTTP methods (GET, POST,
+delete, and the API's read of Cyborg's versions, in steady state: an API
+process reads them at most once a minute, so each scenario starts with the
+answer kept, and the first move of a minute makes one call more); Placement calls at the report client's HTTP methods (GET, POST,
 PUT, DELETE), which the scheduler, the conductor and the computes share. No
 assertion: the numbers are printed for a person to read, with the ratios
 of each move to a spawn plus a delete.
@@ -40,6 +42,7 @@ os.environ.setdefault('OS_NOVA_DISABLE_EVENTLET_PATCHING', 'False')
 import fixtures  # noqa: E402
 
 from nova.accelerator import cyborg  # noqa: E402
+from nova import context as nova_context  # noqa: E402
 from nova.scheduler.client import report  # noqa: E402
 from nova.tests.fixtures import cyborg as cyborg_fixture  # noqa: E402
 from nova.tests.functional.libvirt import (  # noqa: E402
@@ -49,10 +52,11 @@ from nova.tests.functional.libvirt import (  # noqa: E402
 CYBORG_CALLS = ('_get_device_profile_list',
                 'create_arqs_and_match_resource_providers', 'bind_arqs',
                 '_get_arqs_shown_for_instance', 'get_arq_by_uuid',
-                'delete_arqs_by_uuid', 'delete_arqs_for_instance',
-                'binds_move_arqs')
+                'delete_arqs_by_uuid', 'delete_arqs_for_instance')
 PLACEMENT_CALLS = ('get', 'post', 'put', 'delete')
 COUNTS = {}
+# what each scenario asked Cyborg, by client method
+CYBORG_DETAIL = {}
 
 
 class Counting(move.MdevMoveTestBase):
@@ -64,14 +68,22 @@ class Counting(move.MdevMoveTestBase):
         self.flavor = self.create_cyborg_flavor(name='mdev-dp-2', groups=2)
         self.bigger_flavor = self._create_flavor(
             memory_mb=4096, extra_spec={'accel:device_profile': 'mdev-dp-2'})
+        # steady state: an API process asks Cyborg for its versions at most
+        # once a minute (the first move of a minute makes one call more)
+        self.assertTrue(cyborg.get_client(
+            nova_context.get_admin_context()).binds_move_arqs())
 
     def count(self, name, operation):
         """Run operation, counting its calls to Cyborg and Placement."""
         calls = collections.Counter()
 
-        def counted(kind, real):
+        detail = collections.Counter()
+
+        def counted(kind, real, method=None):
             def call(*args, **kwargs):
                 calls[kind] += 1
+                if kind == 'cyborg':
+                    detail[method] += 1
                 return real(*args, **kwargs)
             # (a method the fixture replaced with a mock takes no self)
             return call if inspect.isfunction(real) else staticmethod(call)
@@ -80,7 +92,13 @@ class Counting(move.MdevMoveTestBase):
             patches.append(fixtures.MonkeyPatch(
                 'nova.accelerator.cyborg._CyborgClient.' + method,
                 counted('cyborg',
-                        getattr(cyborg._CyborgClient, method))))
+                        getattr(cyborg._CyborgClient, method), method)))
+        # (the read of Cyborg's versions, which binds_move_arqs() makes
+        # only when it has no answer kept)
+        patches.append(fixtures.MonkeyPatch(
+            'nova.accelerator.cyborg.sdk_utils.supports_microversion',
+            counted('cyborg', cyborg.sdk_utils.supports_microversion,
+                    'versions')))
         for method in PLACEMENT_CALLS:
             patches.append(fixtures.MonkeyPatch(
                 'nova.scheduler.client.report.SchedulerReportClient.' +
@@ -95,6 +113,7 @@ class Counting(move.MdevMoveTestBase):
             for patch in reversed(patches):
                 patch.cleanUp()
         COUNTS[name] = (calls['cyborg'], calls['placement'])
+        CYBORG_DETAIL[name] = detail
         return result
 
     def test_spawn_and_delete(self):
@@ -198,6 +217,11 @@ def main():
         print('%-28s %8d %10d %9.2f %11.2f' % (
             name, cyborg_calls, placement_calls,
             cyborg_calls / base_cyborg, placement_calls / base_placement))
+    print()
+    print('Cyborg calls by client method:')
+    for name, detail in CYBORG_DETAIL.items():
+        print('  %-26s %s' % (name, ', '.join(
+            '%s %d' % (method, n) for method, n in sorted(detail.items()))))
     plain = COUNTS['no ARQ + confirm'][1]
     for name in ('to no profile + confirm', 'to a profile + confirm',
                  'same profile + confirm', 'cold migrate + confirm'):
