@@ -205,9 +205,10 @@ def missing_packages(packages):
 
 
 def tier3_on():
-    """Whether the lab runs its tier 3 (LAB_TIER3=1), which alone needs
-    the cloud's packages and build/venvs/lab-cloud."""
-    return os.environ.get('LAB_TIER3') == '1'
+    """Whether the lab runs its tier 3 (always, unless LAB_TIER3=0 leaves
+    it out), which alone needs the cloud's packages and
+    build/venvs/lab-cloud."""
+    return os.environ.get('LAB_TIER3', '1') != '0'
 
 
 def to_fetch(lab):

@@ -85,17 +85,29 @@ class PlannedTest(unittest.TestCase):
             self.assertEqual(len(names), len(set(names)), script)
 
 
-class SkippedTier3Test(unittest.TestCase):
+class Tier3ChoiceTest(unittest.TestCase):
 
-    def test_tier3_not_asked_for_counts_its_checks_as_skipped(self):
-        # the same checks in every run's total, with or without LAB_TIER3
-        names, _ = quietly(run.read_plan, LAB / 'tier3.py')
+    def run_lab(self, env):
         ran = []
         with mock.patch.object(testsel, 'load_lab_run', lambda: run), \
                 mock.patch.object(run, 'run', lambda tiers: (
                     ran.append(tiers), testsel.Tally())[1]), \
-                mock.patch.dict(os.environ, {'LAB_TIER3': ''}):
+                mock.patch.dict(os.environ, env):
+            if not env:
+                os.environ.pop('LAB_TIER3', None)
             tally, out = quietly(testsel.run_lab)
+        return ran, tally, out
+
+    def test_tier3_runs_unless_left_out(self):
+        for env in ({}, {'LAB_TIER3': '1'}, {'LAB_TIER3': ''}):
+            ran, tally, _ = self.run_lab(env)
+            self.assertEqual([('tier1', 'tier2', 'tier3')], ran, env)
+            self.assertEqual((0, 0, 0, 0), counts(tally))
+
+    def test_tier3_left_out_counts_its_checks_as_skipped(self):
+        # the same checks in every run's total, with or without tier 3
+        names, _ = quietly(run.read_plan, LAB / 'tier3.py')
+        ran, tally, out = self.run_lab({'LAB_TIER3': '0'})
         self.assertEqual([('tier1', 'tier2')], ran)
         self.assertEqual((0, 0, len(names), 0), counts(tally))
         self.assertIn('   SKIP %s\n' % names[0], out)
