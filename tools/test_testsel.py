@@ -9,6 +9,7 @@ import shutil
 import sys
 import tempfile
 import textwrap
+import threading
 import types
 import unittest
 from unittest import mock
@@ -283,6 +284,38 @@ class VerifyResultsTest(unittest.TestCase):
                                'materialize nova']),
              ('0002-b.patch', ['not verified: no build/nova: tools/series '
                                'materialize nova'])], results)
+
+
+class VerifyAllTest(unittest.TestCase):
+
+    def test_two_at_a_time_the_longest_first_results_in_order(self):
+        class Error(Exception):
+            pass
+        started = []
+        # (the first two wait for each other: they run at once)
+        both = threading.Barrier(2, timeout=10)
+
+        def project(name, patches):
+            def verify():
+                started.append(name)
+                if len(started) <= 2:
+                    both.wait()
+                return [(name, [])]
+
+            def series():
+                if patches is None:
+                    raise Error('no patches/%s/series' % name)
+                return ['%04d.patch' % i for i in range(patches)]
+            return types.SimpleNamespace(name=name, verify=verify,
+                                         series=series)
+        projects = [project('nova', 35), project('cyborg', 33),
+                    project('nova34', 46), project('broken', None)]
+        results = testsel.verify_all(projects, Error)
+        self.assertEqual([[('nova', [])], [('cyborg', [])],
+                          [('nova34', [])], [('broken', [])]], results)
+        self.assertEqual(['nova34', 'nova'], sorted(started[:2],
+                                                    reverse=True))
+        self.assertEqual(['cyborg', 'broken'], started[2:])
 
 
 class CheckTest(unittest.TestCase):

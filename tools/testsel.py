@@ -450,6 +450,24 @@ def verify_results(project, error):
         return [(n, ['not verified: %s' % e]) for n in names]
 
 
+def verify_all(projects, error, workers=2):
+    """verify_results() of each project, in order: two at a time (the
+    machine's 2 cores; verify waits on flake8 and git), the longest
+    series first."""
+    import concurrent.futures
+
+    def length(project):
+        try:
+            return len(project.series())
+        except error:
+            return 0
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        futures = {project.name: pool.submit(verify_results, project, error)
+                   for project in sorted(projects, key=length,
+                                         reverse=True)}
+        return [futures[project.name].result() for project in projects]
+
+
 class _Recorder(unittest.TextTestResult):
     """A unittest result that keeps each test's status by its id."""
 
@@ -579,8 +597,8 @@ def check(projects, error, lab=True):
     for project in projects:
         ready[project.name], prepared = prepare(project, error)
         tally.add(prepared)
-    for project in projects:
-        tally.add(report_verify(project, verify_results(project, error)))
+    for project, results in zip(projects, verify_all(projects, error)):
+        tally.add(report_verify(project, results))
     if lab:
         tally.add(run_lab())
     # (after the lab, which installs QEMU: a test of the lab's guest image
