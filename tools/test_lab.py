@@ -228,9 +228,54 @@ class Tier3Test(unittest.TestCase):
             self.assertIn('FAIL %s (0.0s): not run: it needs "%s", which '
                           'failed' % (c.name, days.OperatorsDay.CHECKS[1]
                                       .name), out)
-        # the day's checks that need no server ran; teardown not printed
+        # the day's checks that need no server ran; teardown and the other
+        # days' checks not printed
+        others = len(tier3.plan()) - len(days.OperatorsDay.CHECKS) - 1
         self.assertEqual(len(tier3.plan()), tally.passed + tally.failed)
-        self.assertEqual(1 + len(needs_boot) + 1, tally.failed)
+        self.assertEqual(1 + len(needs_boot) + 1 + others, tally.failed)
+
+    def test_an_upgrade_without_its_server_fails_what_follows_not_run(self):
+        tally, out = self.count_day(
+            lambda: days.UpgradeDay(FakeSteps()).run())
+        checks = {c.key: c for c in days.UpgradeDay.CHECKS}
+        self.assertIn('PASS %s' % checks['discovery'].name, out)
+        self.assertIn('FAIL %s' % checks['boot'].name, out)
+        for key in ('hard_reboot', 'shelve', 'host_reboot', 'delete33',
+                    'upgrade'):
+            self.assertIn('FAIL %s (0.0s): not run: it needs "%s", which '
+                          'failed' % (checks[key].name,
+                                      checks['boot'].name), out)
+        for key in ('hard_reboot34',):
+            self.assertIn('FAIL %s (0.0s): not run: it needs "%s", which '
+                          'failed' % (checks[key].name,
+                                      checks['upgrade'].name), out)
+        self.assertEqual(len(tier3.plan()), tally.passed + tally.failed)
+        self.assertEqual(1, tally.passed)
+
+    def test_the_cloud_starts_on_the_33_line_and_days_upgrade_it(self):
+        self.assertEqual(['nova', 'nova34'], tier3.lines())
+        self.assertEqual([days.UpgradeDay, days.OperatorsDay], days.DAYS)
+        self.assertEqual('nova34', days.OperatorsDay.NOVA)
+
+    def test_the_operator_s_host_reboot_resumes_the_upgraded_server(self):
+        # (the upgrade day's u1, if it is ACTIVE; not one in ERROR, whose
+        # failure its own day reported)
+        rebooted = []
+
+        class Steps(FakeSteps):
+            servers = {'u1': 'a', 'u2': 'b', 'vm1': 'c'}
+
+            def server(self, sid):
+                return {'status': 'ERROR' if sid == 'b' else 'ACTIVE'}
+
+            def host_reboot(self, *names):
+                rebooted.append(names)
+        check = {c.key: c for c in days.OperatorsDay.CHECKS}['host_reboot']
+
+        check.run(Steps(), None)
+
+        self.assertEqual([('vm1', 'u1')], rebooted)
+        self.assertIn('resumes vm1 and u1', check.name)
 
     def test_a_cloud_that_did_not_start_fails_every_planned_check(self):
         def start_fails(lab):
@@ -244,7 +289,8 @@ class Tier3Test(unittest.TestCase):
     def test_every_day_starts_with_a_header_naming_its_versions(self):
         for day in days.DAYS:
             self.assertRegex(day.header(), r'^day: .*, nova \d+\.\d+\.\d+ '
-                             r'\+ patches/\w+, cyborg \d+\.\d+\.\d+ \+ '
+                             r'\+ patches/\w+(, then \d+\.\d+\.\d+ \+ '
+                             r'patches/\w+)?, cyborg \d+\.\d+\.\d+ \+ '
                              r'patches/cyborg$')
 
 

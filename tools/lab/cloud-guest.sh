@@ -9,6 +9,10 @@
 #   cloud-guest.sh            boot (PID 1)
 #   cloud-guest.sh down MODE  what a host's shutdown does: stop the services
 #                             (SIGTERM), sync, then MODE: reboot | poweroff
+#   cloud-guest.sh upgrade-compute VENV
+#                             nova-compute upgraded in place: the running one
+#                             stopped (SIGTERM), VENV's started; the guests
+#                             keep running
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8
 LAB=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$LAB/../.." && pwd)
@@ -40,6 +44,27 @@ stop_pidfiles() {  # SIGTERM to each, then SIGKILL what runs after $1 s
     done
     return 0
 }
+
+start_service() {  # name python module fifo config
+    local name=$1 python=$2 module=$3 fifo=$4 conf=$5
+    "$python" -c "import sys, time; from $module import main; \
+print('[%.2fs] $name: imported' % time.clock_gettime(time.CLOCK_BOOTTIME), \
+file=open('/out/boot.txt', 'a')); open('$fifo').read(); sys.exit(main())" \
+        --config-file "$conf" < /dev/null >> "/out/$name.out" 2>&1 &
+    echo $! > "/run/lab/$name.pid"
+}
+
+if [ "$1" = upgrade-compute ]; then
+    # as a package upgrade restarts the service: SIGTERM (at most 10 s, as
+    # at a reboot: a TCG guest's nova-compute takes minutes to shut down
+    # gracefully, and its guests keep running either way)
+    T "upgrading nova-compute in place: $2"
+    stop_pidfiles 10 /run/lab/nova-compute.pid
+    export PYTHONPYCACHEPREFIX=$ROOT/build/lab/pycache
+    start_service nova-compute "$2/bin/python" nova.cmd.compute /dev/null \
+        "$ETC/nova-compute/nova-compute.conf"
+    exit 0
+fi
 
 if [ "$1" = down ]; then
     # reboot: as a host's shutdown stops its services; poweroff (the end
@@ -111,14 +136,6 @@ printf '127.0.0.1 localhost\n10.0.2.15 lab\n10.0.2.100 controller\n' \
 # in Placement (as a deployment orders them); on the next boots it starts
 # at once, as a host's services do.
 mkdir -p /var/lib/nova/instances /var/lib/cyborg
-start_service() {  # name python module fifo config
-    local name=$1 python=$2 module=$3 fifo=$4 conf=$5
-    "$python" -c "import sys, time; from $module import main; \
-print('[%.2fs] $name: imported' % time.clock_gettime(time.CLOCK_BOOTTIME), \
-file=open('/out/boot.txt', 'a')); open('$fifo').read(); sys.exit(main())" \
-        --config-file "$conf" >> "/out/$name.out" 2>&1 &
-    echo $! > "/run/lab/$name.pid"
-}
 start_service nova-compute "${COMPUTE_VENV:-$VENVS/lab}/bin/python" nova.cmd.compute \
     /run/lab/libvirtd-ready "$ETC/nova-compute/nova-compute.conf"
 start_service cyborg-agent "${CYBORG_VENV:-$VENVS/cyborg}/bin/python" cyborg.cmd.agent \

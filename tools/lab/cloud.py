@@ -4,8 +4,10 @@ MariaDB (unix socket only) and RabbitMQ from Debian's packages; Keystone,
 Glance, Placement, Neutron's API, nova-api and cyborg-api as WSGI apps under
 uWSGI; nova-conductor, nova-scheduler and cyborg-conductor as their own
 console programs. Everything listens on 127.0.0.1 only. Nova and Cyborg run
-from the patched trees' venvs (build/venvs/nova34, or build/venvs/nova with
-LAB_NOVA=nova; build/venvs/cyborg), the others from build/venvs/lab-cloud. Configuration files are the templates in
+from the patched trees' venvs (build/venvs/nova34, or build/venvs/nova for
+the 33 line, which the cloud starts on when a day upgrades it in place, see
+use_line() and Cloud.upgrade_nova(); build/venvs/cyborg), the others from
+build/venvs/lab-cloud. Configuration files are the templates in
 tools/lab/cloud/, rendered into build/lab/cloud/etc/; logs go to
 build/lab/cloud/log/.
 
@@ -50,14 +52,31 @@ LABCLOUD = VENVS / 'lab-cloud'
 # (a development knob: other venvs, e.g. of another state of the series,
 # for the host's and the guest's Nova and Cyborg services; a Nova venv
 # given so must hold libvirt-python, as build/venvs/lab does)
-# The Nova line the cloud runs, a project of bases.ini: nova34 (34.0.0 +
-# patches/nova34, the primary line) unless LAB_NOVA=nova (the 33 line).
-NOVA_LINE = os.environ.get('LAB_NOVA', 'nova34')
-NOVA_TREE = BUILD / NOVA_LINE
-NOVA_VENV = pathlib.Path(os.environ.get('LAB_NOVA_VENV', VENVS / NOVA_LINE))
-COMPUTE_VENV = pathlib.Path(os.environ.get(
-    'LAB_NOVA_VENV', VENVS / ('lab' if NOVA_LINE == 'nova' else
-                              'lab-' + NOVA_LINE)))
+# The Nova line the operator's day runs, a project of bases.ini: nova34
+# (34.0.0 + patches/nova34, the primary line) unless LAB_NOVA=nova (the 33
+# line). The line the cloud runs now is NOVA_LINE (see use_line()).
+DAY_LINE = os.environ.get('LAB_NOVA', 'nova34')
+
+
+def line_venvs(line):
+    """(the Nova venv of the host's services, nova-compute's: the same
+    with libvirt-python) of a Nova line."""
+    given = os.environ.get('LAB_NOVA_VENV')
+    if given:
+        return pathlib.Path(given), pathlib.Path(given)
+    return VENVS / line, VENVS / ('lab' if line == 'nova' else 'lab-' + line)
+
+
+def use_line(line):
+    """Run the Nova of that line from now on: the host's services started
+    next, the compute host's next nova-compute, the configurations
+    written next (see Cloud.upgrade_nova())."""
+    global NOVA_LINE, NOVA_TREE, NOVA_VENV, COMPUTE_VENV
+    NOVA_LINE, NOVA_TREE = line, BUILD / line
+    NOVA_VENV, COMPUTE_VENV = line_venvs(line)
+
+
+use_line(DAY_LINE)
 CYBORG_VENV = pathlib.Path(os.environ.get('LAB_CYBORG_VENV',
                                           VENVS / 'cyborg'))
 UWSGI = LABCLOUD / 'bin' / 'uwsgi'
@@ -759,15 +778,53 @@ class Cloud:
         if p.returncode or not rabbit.running():
             raise RuntimeError('RabbitMQ did not start: %s\n%s' % (
                 p.stdout + p.stderr, '\n'.join(rabbit.tail())))
-        services = [self.start(s) for s in host_services()]
+        self.wait_answers([self.start(s) for s in host_services()])
+
+    def wait_answers(self, services):
+        """Each of the services answers (HTTP) or consumes its RPC
+        queue."""
         for s in services:
             if s.name in HEALTH:
                 wait_for('%s answers' % s.name,
                          lambda s=s: http_ok(HEALTH[s.name]), 180, service=s)
-        wait_for('%s consume their RPC queues' % ', '.join(QUEUES),
+        queues = {n: q for n, q in QUEUES.items()
+                  if n in [s.name for s in services]}
+        wait_for('%s consume their RPC queues' % ', '.join(queues),
                  lambda: all(queue_consumers().get(q)
-                             for q in QUEUES.values()), 180, step=2,
-                 service=[self.services[n] for n in QUEUES])
+                             for q in queues.values()), 180, step=2,
+                 service=[self.services[n] for n in queues])
+
+    def upgrade_nova(self, line):
+        """The host's part of Nova's upgrade in place to that line, in the
+        order of Nova's upgrade guide: the databases synced by the new
+        code while the old services run, then Placement and Nova's
+        services restarted on it. Returns what it ran, for the log."""
+        use_line(line)
+        write_configs()
+        nova = NOVA_VENV / 'bin'
+        conf = ['--config-file', ETC / 'nova' / 'nova.conf']
+        syncs = [
+            ('placement-manage db sync', [
+                nova / 'placement-manage', '--config-dir', ETC / 'placement',
+                'db', 'sync']),
+            ('nova-manage api_db sync', [nova / 'nova-manage'] + conf + [
+                'api_db', 'sync']),
+            # (cell1's database and cell0's)
+            ('nova-manage db sync', [nova / 'nova-manage'] + conf + [
+                'db', 'sync'])]
+        for what, cmd in syncs:
+            run(cmd, 'the upgrade\'s %s' % what, env=service_env(NOVA_VENV),
+                log=LOG / 'upgrade.log')
+        names = ('placement-api', 'nova-api', 'nova-conductor',
+                 'nova-scheduler')
+        old = [self.services.pop(name) for name in names]
+        for s in old:
+            s.terminate()
+        for s in old:
+            s.stop(timeout=10)
+        new = [self.start(s) for s in host_services() if s.name in names]
+        self.wait_answers(new)
+        return [what for what, _ in syncs]
 
     def stop(self):
         """SIGTERM to every service at once, then (after 10 s) SIGKILL; the
@@ -812,7 +869,9 @@ class ComputeGuest:
         from qga import GuestAgent
         self.agent = GuestAgent(self.qga_path)
 
-    def new_disk(self, size='4G'):
+    def new_disk(self, size='8G'):
+        # (a sparse file; it is the compute node's DISK_GB: the operator's
+        # day's four servers of 1 GB at once, with the upgrade day's u1)
         STATE_DISK.unlink(missing_ok=True)
         run(['truncate', '-s', size, STATE_DISK], 'the compute disk')
         run(['mkfs.ext4', '-q', '-F', '-L', 'lab-state', STATE_DISK],
@@ -865,6 +924,14 @@ class ComputeGuest:
 
     def sh(self, script, timeout=120):
         return self.agent.sh(script, timeout=timeout)
+
+    def upgrade_compute(self):
+        """nova-compute restarted on COMPUTE_VENV, as a package upgrade
+        restarts it (cloud-guest.sh upgrade-compute); its next boots start
+        that one too (command())."""
+        self.agent.call('guest-exec', path='/bin/bash', arg=[
+            str(HERE / 'cloud-guest.sh'), 'upgrade-compute',
+            str(COMPUTE_VENV)])
 
     def shutdown(self, mode='poweroff', timeout=120):
         """What a host's shutdown does (cloud-guest.sh down MODE); returns

@@ -86,7 +86,7 @@ class Day:
 
     CHECKS = ()
     # the bases.ini projects whose trees (and patches/) the cloud runs
-    NOVA, CYBORG = cloud.NOVA_LINE, 'cyborg'
+    NOVA, CYBORG = cloud.DAY_LINE, 'cyborg'
 
     @classmethod
     def plan(cls):
@@ -154,6 +154,18 @@ def refused(key, what, command):
                  needs=('boot',))
 
 
+# the operator's day runs on the cloud the upgrade day upgraded (see DAYS)
+UPGRADED = cloud.DAY_LINE == 'nova34'
+
+
+def carried(steps):
+    """The servers of earlier days the operator's day keeps (the upgrade
+    day's u1) that are ACTIVE: a failure of theirs is their day's."""
+    return [n for n, sid in steps.servers.items()
+            if n.startswith('u') and
+            steps.server(sid)['status'] == 'ACTIVE']
+
+
 class OperatorsDay(Day):
     """The operator's day: discovery, a server's whole lifecycle, refused
     operations, a real host reboot, capacity moves, bad input, delete."""
@@ -192,7 +204,7 @@ class OperatorsDay(Day):
     ] + ([
         refused('resize', 'resize', 'server resize --flavor mtty.small vm1'),
         refused('migrate', 'migrate', 'server migrate vm1'),
-    ] if cloud.NOVA_LINE == 'nova' else [
+    ] if cloud.DAY_LINE == 'nova' else [
         lifecycle('resize', 'resize to the same host, revert, resize, '
                   'confirm: both ARQs and mdevs while it waits, the kept '
                   'one after', lambda s, d: s.resize_same_host('vm1')),
@@ -204,8 +216,11 @@ class OperatorsDay(Day):
                 'server migrate --live-migration vm1'),
         refused('suspend', 'suspend', 'server suspend vm1'),
         Check('host_reboot', '5 host reboot: the compute host reboots, the '
-              'mdev comes back, nova-compute resumes vm1 with it',
-              lambda s, d: s.host_reboot('vm1'), needs=('boot',),
+              'mdevs come back, nova-compute resumes vm1%s with them' % (
+                  ' and u1 (booted on 33 before the upgrade)'
+                  if UPGRADED else ''),
+              lambda s, d: s.host_reboot('vm1', *carried(s)),
+              needs=('boot',),
               recover=lambda s: s.after_host_reboot('vm1'),
               logs=('nova-compute', 'libvirtd')),
         # (the bad device profile needs no compute host: it runs while the
@@ -222,11 +237,68 @@ class OperatorsDay(Day):
         Check('bind_fails', '7 bad input: an instance whose ARQ binding '
               'fails: ERROR "Failed to bind accelerator requests", nothing '
               'left', lambda s, d: s.bind_fails()),
-        Check('delete', '8 delete: ARQs gone, Placement usages 0, mdevs '
-              'gone, capacity back on the host and in Placement\'s '
-              'inventories', lambda s, d: s.delete()),
+        Check('delete', '8 delete: %s: ARQs gone, Placement usages 0, '
+              'mdevs gone, capacity back on the host and in Placement\'s '
+              'inventories' % ('every server, u1 too' if UPGRADED else
+                               'every server'), lambda s, d: s.delete()),
     ]
 
 
-# The days tier 3 runs, in order, on one cloud.
-DAYS = [OperatorsDay]
+class UpgradeDay(Day):
+    """A short day on the 33 line, then Nova upgraded in place to the
+    primary line under a server booted on 33, u1, which then reboots. The
+    cloud starts on the 33 line for it (tier3.start()); the operator's day
+    follows on the upgraded cloud, and its host reboot resumes u1 too and
+    its delete deletes it, with nothing left."""
+
+    TITLE = 'the 33 line, upgraded in place'
+    NOVA, UPGRADE = 'nova', 'nova34'
+
+    @classmethod
+    def header(cls):
+        return ('day: %s, nova %s + patches/%s, then %s + patches/%s, '
+                'cyborg %s + patches/%s' % (
+                    cls.TITLE, version(cls.NOVA), cls.NOVA,
+                    version(cls.UPGRADE), cls.UPGRADE, version(cls.CYBORG),
+                    cls.CYBORG))
+
+    CHECKS = [
+        Check('discovery', 'u1 33 line: discovery: Cyborg\'s mtty providers '
+              'under the compute node (OWNER_CYBORG), the compute node '
+              'OWNER_NOVA', lambda s, d: s.discovery()),
+        Check('boot', 'u2 33 line: boot u1 and u2: ARQs Bound, QEMU runs '
+              'each domain with its persistent mdev',
+              lambda s, d: s.boot('u1', 'u2')),
+        Check('hard_reboot', 'u3 33 line: hard reboot: a new QEMU process '
+              'with the ARQ\'s mdev', lambda s, d: s.lifecycle(
+                  'u1', 'server reboot --hard u1'), needs=('boot',),
+              recover=lambda s: s.recover('u1')),
+        Check('shelve', 'u4 33 line: shelve (offloaded: no domain, no ARQ, '
+              'no mdev), unshelve', lambda s, d: s.shelve_unshelve('u1'),
+              needs=('boot',), recover=lambda s: s.recover('u1')),
+        # (u2 deleted first: each guest nova-compute resumes after a host
+        # reboot takes it about 40 s under TCG)
+        Check('delete33', 'u5 33 line: delete u2: its ARQ and mdev gone, '
+              'the capacity back', lambda s, d: s.delete_one('u2'),
+              needs=('boot',)),
+        Check('host_reboot', 'u6 33 line: host reboot: the mdev comes back, '
+              'nova-compute resumes u1 with it',
+              lambda s, d: s.host_reboot('u1'), needs=('boot',),
+              recover=lambda s: s.after_host_reboot('u1'),
+              logs=('nova-compute', 'libvirtd')),
+        Check('upgrade', 'u7 upgrade in place to nova 34.0.0 + '
+              'patches/nova34 (databases, control services, nova-compute): '
+              'u1 keeps its QEMU process and mdev',
+              lambda s, d: s.upgrade('u1', d.UPGRADE), needs=('boot',),
+              logs=('nova-compute', 'nova-conductor')),
+        Check('hard_reboot34', 'u8 upgraded: hard reboot of u1 (booted on '
+              '33): a new QEMU process with the ARQ\'s mdev',
+              lambda s, d: s.lifecycle('u1', 'server reboot --hard u1'),
+              needs=('upgrade',), recover=lambda s: s.recover('u1')),
+    ]
+
+
+# The days tier 3 runs, in order, on one cloud: the upgrade day starts it
+# on the 33 line and leaves it on the primary line, the operator's (which
+# LAB_NOVA=nova runs alone, on the 33 line).
+DAYS = [UpgradeDay, OperatorsDay] if UPGRADED else [OperatorsDay]

@@ -486,7 +486,9 @@ def tier3(tally):
     plan = Planned('lab tier3', names)
     start = time.time()
     import cloud
-    for venv in (cloud.NOVA_LINE, 'cyborg'):
+    import tier3 as tier3_script
+    lines = tier3_script.lines()
+    for venv in lines + ['cyborg']:
         if not (VENVS / venv / 'bin' / 'python').exists():
             plan.count(tally, 'no %s venv (python3 tools/series materialize '
                        '%s && python3 tools/series venv %s)' % (
@@ -497,7 +499,7 @@ def tier3(tally):
         kver = kernel_version()
         t_apt += apt_install(['linux-source-' + kver.split('.0-')[0],
                               'linux-headers-' + kver])
-        t_venv = lab_venv(cloud.NOVA_LINE) + lab_cloud_venv()
+        t_venv = sum(lab_venv(line) for line in lines) + lab_cloud_venv()
         t = time.time()
         subprocess.run(['bash', str(HERE / 'build-guest.sh'),
                         str(LAB / 'guest')], check=True)

@@ -9,6 +9,7 @@ days.py composes them into days. Only the standard library at import time.
 
 import re
 import struct
+import subprocess
 import time
 import uuid as uuid_mod
 
@@ -180,6 +181,21 @@ def wait_compute(lab):
                        name='lab')['resource_providers']
     cloud.wait_for('the compute node\'s provider is in Placement', provider,
                    300, step=2, service=lab.guest.service)
+    # mapped to its cell, as a deployment does once its computes are up
+    # (the scheduler's periodic discovery may not have run yet: a server
+    # scheduled there would fail "Host 'lab' is not mapped to any cell")
+    nova_manage = [str(cloud.NOVA_VENV / 'bin' / 'nova-manage'),
+                   '--config-file', str(cloud.ETC / 'nova' / 'nova.conf'),
+                   'cell_v2']
+    env = cloud.service_env(cloud.NOVA_VENV)
+
+    def mapped():
+        subprocess.run(nova_manage + ['discover_hosts'], env=env,
+                       capture_output=True)
+        hosts = subprocess.run(nova_manage + ['list_hosts'], env=env,
+                               capture_output=True, text=True).stdout
+        return re.search(r'\|\s*cell1\s*\|[^|]*\|\s*lab\s*\|', hosts)
+    cloud.wait_for('the compute host mapped to cell1', mapped, 120, step=2)
 
 
 class Steps:
@@ -193,8 +209,10 @@ class Steps:
         self.images = {}            # name -> id
         self.handmade = None        # the operator's provider (bind_fails)
         self.operator_mdevs = set()  # made by "the operator", not Cyborg
-        self.start_available = None     # the mtty parent's, at discovery
-        self.start_inventory = None     # Cyborg's providers', at discovery
+        # the mtty parent's capacity and Cyborg's providers' inventories
+        # at the first discovery, before any server (the delete's baseline)
+        self.start_available = None
+        self.start_inventory = None
         self.seen = None            # (domain, mdev uuid, Host): verify()
 
     # -- reading the cloud --
@@ -403,23 +421,55 @@ class Steps:
             details.append('%s %s x%d' % (rp['name'], rc,
                                           rp['inventories'][rc]['total']))
         host = probe(self.lab.guest)
-        self.start_available = host.available
-        self.start_inventory = self.cyborg_inventory(rps)
+        if self.start_available is None:
+            self.start_available = host.available
+            self.start_inventory = self.cyborg_inventory(rps)
         return 'compute node lab OWNER_NOVA; %s, OWNER_CYBORG; host: %s' % (
             ', '.join(details), host.summary())
 
-    def boot(self, name):
+    def boot(self, name, *more):
+        """Servers created (at once, when more than one), each verified."""
         t = time.monotonic()
-        srv = self.op('server create --flavor mtty.tiny --image tiny '
-                      '--nic none %s' % name)
-        self.servers[name] = srv['id']
-        self.wait_server(srv['id'], 'ACTIVE')
+        for n in (name,) + more:
+            srv = self.op('server create --flavor mtty.tiny --image tiny '
+                          '--nic none %s' % n)
+            self.servers[n] = srv['id']
+        for n in (name,) + more:
+            self.wait_server(self.servers[n], 'ACTIVE')
         took = time.monotonic() - t
-        verified = self.verify(name)
+        verified = []
+        for n in (name,) + more:
+            verified.append('%s, QEMU pid %s' % (
+                self.verify(n), self.seen[2].qemu_pid.get(self.seen[0])))
         self.op('accelerator arq list --long')
         self.note_host()
-        return '%s, QEMU pid %s (booted in %ds)' % (
-            verified, self.seen[2].qemu_pid.get(self.seen[0]), took)
+        return '%s (booted in %ds)' % ('; '.join(verified), took)
+
+    def delete_one(self, name):
+        """One server deleted: its ARQ and its mdev gone (libvirt,
+        mdevctl, sysfs), the parent's capacity back by one, Placement's
+        usages those of the other servers' ARQs."""
+        t = time.monotonic()
+        sid = self.servers[name]
+        uuid = self.arqs(sid)[0]['attach_handle_uuid']
+        before = probe(self.lab.guest).available[MDEV_TYPE]
+        self.op('server delete --wait %s' % name, fmt=None)
+        del self.servers[name]
+        arqs = self.arqs(sid)
+        expect(not arqs, 'ARQs of the deleted %s left: %s' % (name, arqs))
+        host = self.no_leaks()
+        expect(uuid not in host.mdevs and uuid not in host.defined and
+               not host.nodedev(uuid), 'the mdev %s of the deleted %s is '
+               'left: sysfs %s, mdevctl %s, libvirt %s' % (
+                   uuid, name, host.mdevs.get(uuid), host.defined.get(uuid),
+                   host.nodedev(uuid)))
+        expect(host.available[MDEV_TYPE] == before + 1,
+               '%s available: %d, %d before the delete' % (
+                   MDEV_TYPE, host.available[MDEV_TYPE], before))
+        self.op('accelerator arq list')
+        return 'ARQ and mdev %s gone, %s available %d -> %d (%ds)' % (
+            uuid, MDEV_TYPE, before, host.available[MDEV_TYPE],
+            time.monotonic() - t)
 
     def lifecycle(self, name, command, status='ACTIVE', then=None,
                   restarts=True, image=None):
@@ -653,6 +703,7 @@ class Steps:
         mdev, and no ARQ is left behind."""
         sid = self.servers[name]
         before = [a['uuid'] for a in self.arqs(sid)]
+        every = sorted(a['uuid'] for a in self.arqs())
         self.op('server migrate %s' % name, fmt=None)
 
         def failed():
@@ -665,17 +716,20 @@ class Steps:
         self.wait_server(sid, 'ACTIVE')
         expect([a['uuid'] for a in self.arqs(sid)] == before,
                'the ARQs of %s changed: %s' % (name, self.arqs(sid)))
-        expect(len(self.arqs()) == len(before),
-               'ARQs left by the migration: %s' % self.arqs())
+        expect(sorted(a['uuid'] for a in self.arqs()) == every,
+               'ARQs left by the migration: %s' % [
+                   a for a in self.arqs() if a['uuid'] not in every])
         return 'no valid host, migration error; %s' % self.verify(name)
 
-    def host_reboot(self, name):
+    def host_reboot(self, name, *more):
         """The compute host reboots: its services stop, the kernel goes
         down, it boots again (same disk), udev/mdevctl and libvirtd come
-        up, nova-compute starts and resumes its guests."""
+        up, nova-compute starts and resumes its guests (the servers
+        named)."""
         t = time.monotonic()
-        sid = self.servers[name]
-        arq = self.arqs(sid)[0]
+        names = (name,) + more
+        sids = [self.servers[n] for n in names]
+        arqs = [self.arqs(sid)[0] for sid in sids]
         guest = self.lab.guest
         booted = boots()
         guest.shutdown('reboot', timeout=180)
@@ -700,14 +754,14 @@ class Steps:
         changes = set()
 
         def resumed():
-            srv = self.server(sid)
-            if srv['status'] == 'ERROR':
-                # nova-compute gave up on resuming it: say why
-                raise Failed(
-                    'nova-compute put %s in ERROR when it resumed it (the '
-                    'mdevs at boot, before nova-compute: %s); its log: %s'
-                    % (name, boot_mdevs(), ' | '.join(log_lines(
-                        'nova-compute', r'resume|Cyborg', 4))))
+            for n, sid in zip(names, sids):
+                if self.server(sid)['status'] == 'ERROR':
+                    # nova-compute gave up on resuming it: say why
+                    raise Failed(
+                        'nova-compute put %s in ERROR when it resumed it '
+                        '(the mdevs at boot, before nova-compute: %s); its '
+                        'log: %s' % (n, boot_mdevs(), ' | '.join(log_lines(
+                            'nova-compute', r'resume|Cyborg', 4))))
             beat = compute_heartbeat(self.api)
             if beat > rebooted:
                 changes.add(beat)
@@ -716,19 +770,90 @@ class Steps:
                        'host reboot', resumed, 600, step=2,
                        service=guest.service)
         mdevs = boot_mdevs()
-        expect(arq['attach_handle_uuid'] in mdevs,
-               'the mdev %s was not back at boot before nova-compute '
-               'started (mdevs then: %s)' % (arq['attach_handle_uuid'],
-                                             mdevs))
+        for arq in arqs:
+            expect(arq['attach_handle_uuid'] in mdevs,
+                   'the mdev %s was not back at boot before nova-compute '
+                   'started (mdevs then: %s)' % (arq['attach_handle_uuid'],
+                                                 mdevs))
         self.op.note('The compute host rebooted (its services stopped, '
                      'the kernel went down, it booted again)')
-        verified = self.verify(name)
-        self.op('server show -c status -c OS-EXT-STS:power_state %s' % name)
+        verified = [self.verify(n) for n in names]
+        for n in names:
+            self.op('server show -c status -c OS-EXT-STS:power_state %s' %
+                    n)
         self.op('compute service list --service nova-compute')
         self.note_host()
-        return ('down in %ds, back in %ds (boot %d); the mdev back at boot '
-                '(udev, mdevctl) before nova-compute started; %s' % (
-                    down, time.monotonic() - t, boots(), verified))
+        return ('down in %ds, back in %ds (boot %d); the mdev%s back at '
+                'boot (udev, mdevctl) before nova-compute started; %s' % (
+                    down, time.monotonic() - t, boots(),
+                    's' if more else '', '; '.join(verified)))
+
+    def upgrade(self, name, line):
+        """Nova upgraded in place to that line (a project of bases.ini)
+        while the server runs, in the order of Nova's upgrade guide: the
+        databases synced by the new code, Placement's and Nova's control
+        services restarted on it, then nova-compute on the compute host;
+        then the online data migrations and nova-status upgrade check. The
+        server keeps its QEMU process and its mdev throughout. (No RPC
+        reaches nova-compute between the two restarts, so the control
+        services need no [upgrade_levels] pin, which would stay in their
+        memory until their next restart.)"""
+        t = time.monotonic()
+        before = self.qemu_pid(name)
+        mark = log_mark('nova-compute')
+        ran = self.lab.cloud.upgrade_nova(line)
+        # nova-compute, once the services it talks to run the new code
+        self.lab.guest.upgrade_compute()
+        started, base, changes = [], [], set()
+
+        def compute_started():
+            # (as after a host reboot: two changes of its service record
+            # since the new one said it started mean init_host() is done)
+            started[:] = [line for line in log_since('nova-compute', mark)
+                          if 'Starting compute node' in line]
+            if not started:
+                return False
+            beat = compute_heartbeat(self.api)
+            if not base:
+                base.append(beat)
+            elif beat > base[0]:
+                changes.add(beat)
+            return len(changes) >= 2
+        cloud.wait_for('nova-compute of %s started and reporting' % line,
+                       compute_started, 600, step=2,
+                       service=self.lab.guest.service)
+        version = re.search(r'\(version ([^)]*)\)', started[-1])
+        env = cloud.service_env(cloud.NOVA_VENV)
+        nova_manage = [str(cloud.NOVA_VENV / 'bin' / 'nova-manage'),
+                       '--config-file', str(cloud.ETC / 'nova' / 'nova.conf')]
+        p = subprocess.run(nova_manage + ['db', 'online_data_migrations'],
+                           capture_output=True, text=True, env=env)
+        expect(p.returncode == 0, 'nova-manage db online_data_migrations '
+               'exit %d: %s' % (p.returncode, (p.stdout + p.stderr)[-600:]))
+        p = subprocess.run(
+            [str(cloud.NOVA_VENV / 'bin' / 'nova-status'), '--config-file',
+             str(cloud.ETC / 'nova' / 'nova.conf'), 'upgrade', 'check'],
+            capture_output=True, text=True, env=env)
+        # (0: every check passed, 1: a warning, 2: a failure)
+        expect(p.returncode in (0, 1), 'nova-status upgrade check exit %d: '
+               '%s' % (p.returncode, (p.stdout + p.stderr)[-900:]))
+        warnings = re.findall(r'\| Result: Warning\s*\|\n\| Details: ([^|]*)',
+                              p.stdout)
+        self.op.note('Nova upgraded in place to %s: %s; the control '
+                     'services and nova-compute restarted on it; nova-manage '
+                     'db online_data_migrations; nova-status upgrade check: '
+                     'exit %d' % (line, ', '.join(ran), p.returncode))
+        self.op('compute service list', fmt=None)
+        verified = self.verify(name)
+        after = self.seen[2].qemu_pid.get(self.seen[0])
+        expect(after == before, 'QEMU of %s was process %s, is %s: the '
+               'guest was restarted by the upgrade' % (name, before, after))
+        return ('%s; nova-compute %s; %s kept QEMU pid %s; nova-status '
+                'upgrade check exit %d%s; %s (%ds)' % (
+                    ', '.join(ran), version.group(1) if version else '?',
+                    name, after, p.returncode,
+                    ' (%s)' % '; '.join(w.strip() for w in warnings)
+                    if warnings else '', verified, time.monotonic() - t))
 
     def after_host_reboot(self, name):
         """After a failed host reboot: the compute service back, the

@@ -85,10 +85,23 @@ COMPILE = ('; import compileall, importlib, os\n'
            '        importlib.import_module(name).__file__), quiet=1)\n')
 
 
+def lines():
+    """The Nova lines the days run, in order (an upgrade day's two)."""
+    found = []
+    for day in days.DAYS:
+        for line in (day.NOVA, getattr(day, 'UPGRADE', None)):
+            if line and line not in found:
+                found.append(line)
+    return found
+
+
 def warm_bytecode():
-    for name, code in GUEST_IMPORTS.items():
-        venv = {'lab': cloud.COMPUTE_VENV, 'nova': cloud.NOVA_VENV,
-                'cyborg': cloud.CYBORG_VENV}[name]
+    todo = []
+    for line in lines():
+        nova_venv, compute_venv = cloud.line_venvs(line)
+        todo += [('lab', compute_venv), ('nova', nova_venv)]
+    for name, venv in todo + [('cyborg', cloud.CYBORG_VENV)]:
+        code = GUEST_IMPORTS[name]
         env = cloud.service_env(venv)
         env['OS_NOVA_DISABLE_EVENTLET_PATCHING'] = 'true'
         packages = GUEST_PACKAGES[name]
@@ -108,6 +121,8 @@ def start(lab):
     shutil.rmtree(cloud.GUEST_OUT, ignore_errors=True)
     shutil.rmtree(cloud.LOG, ignore_errors=True)
     shutil.rmtree(cloud.CLOUD / 'glance', ignore_errors=True)
+    # (on the first day's line: an upgrade day moves it on)
+    cloud.use_line(days.DAYS[0].NOVA)
     cloud.write_configs()
     t = time.monotonic()
     warm_bytecode()
