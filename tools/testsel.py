@@ -541,8 +541,9 @@ def load_lab_run():
 
 def run_lab():
     """tools/lab: libvirt's schemas (tier 1), a real kernel mdev (tier 2),
-    and the primary line as a cloud on that mdev (tier 3, about 11 minutes
-    on 2 cores; LAB_TIER3=0 leaves it out; see doc/lab.md)."""
+    and a real cloud on that mdev, the 33 line upgraded in place to the
+    primary line (tier 3, about 20 minutes on 2 cores; LAB_TIER3=0 leaves
+    it out; see doc/lab.md)."""
     import preflight
     lab_run = load_lab_run()
     if preflight.tier3_on():

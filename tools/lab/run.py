@@ -477,8 +477,9 @@ def lab_cloud_venv():
 
 
 def tier3(tally):
-    say('== lab tier3: both series as a cloud, an operator\'s day with the '
-        'openstack client, on a real mdev in a TCG guest')
+    say('== lab tier3: both series as a cloud on a real mdev in a TCG guest: '
+        'the upgrade day (the 33 line, upgraded in place), the operator\'s '
+        'day, with the openstack client')
     names = read_plan(HERE / 'tier3.py')
     if names is None:
         tally.fail('lab tier3: its plan could not be read (tier3.py --plan)')
