@@ -85,32 +85,94 @@ class PlannedTest(unittest.TestCase):
             self.assertEqual(len(names), len(set(names)), script)
 
 
-class Tier3ChoiceTest(unittest.TestCase):
+class LabInTheTestCommandTest(unittest.TestCase):
+    """Tier 1 first; tiers 2 and 3 in a subprocess beside verify and the
+    suites, printed and counted after them."""
 
-    def run_lab(self, env):
-        ran = []
+    def lab(self, env, script):
+        logs = pathlib.Path(self.enterContext(tempfile.TemporaryDirectory()))
         with mock.patch.object(testsel, 'load_lab_run', lambda: run), \
-                mock.patch.object(run, 'run', lambda tiers: (
-                    ran.append(tiers), testsel.Tally())[1]), \
                 mock.patch.dict(os.environ, env):
             if not env:
                 os.environ.pop('LAB_TIER3', None)
-            tally, out = quietly(testsel.run_lab)
-        return ran, tally, out
+            lab = testsel.Lab(logs)
+        # (in place of run.py: what it prints, what it writes)
+        lab.command = [sys.executable, '-c', script, str(lab.counts)]
+        ran = []
+        with mock.patch.object(run, 'run', lambda tiers: (
+                ran.append(tiers), testsel.Tally())[1]):
+            first, out = quietly(lab.start)
+        self.assertEqual([('tier1',)], ran)
+        self.assertEqual((0, 0, 0, 0), counts(first))
+        self.assertIn('== lab %s: started, beside verify and the suites' %
+                      ', '.join(lab.tiers), out)
+        return lab
 
-    def test_tier3_runs_when_asked_for(self):
-        ran, tally, _ = self.run_lab({'LAB_TIER3': '1'})
-        self.assertEqual([('tier1', 'tier2', 'tier3')], ran)
-        self.assertEqual((0, 0, 0, 0), counts(tally))
+    def test_tier3_runs_unless_left_out(self):
+        for env, tiers in (({}, ('tier2', 'tier3')),
+                           ({'LAB_TIER3': '1'}, ('tier2', 'tier3')),
+                           ({'LAB_TIER3': '0'}, ('tier2',))):
+            lab = self.lab(env, 'pass')
+            self.assertEqual(tiers, lab.tiers, env)
+            quietly(lab.finish)
+
+    def test_its_checks_are_printed_and_counted_after_the_suites(self):
+        lab = self.lab({}, (
+            'import json, sys\n'
+            'print("   PASS a check (1.0s)")\n'
+            'json.dump({"passed": 3, "failed": 1, "skipped": 0, "xfail": 0,'
+            ' "failures": ["lab tier3: b"]}, open(sys.argv[1], "w"))\n'
+            'sys.exit(1)'))
+        tally, out = quietly(lab.finish)
+        self.assertEqual((3, 1, 0, 0), counts(tally))
+        self.assertEqual(['lab tier3: b'], tally.failures)
+        self.assertRegex(out, r'== lab tier2, tier3 \(beside the suites\): '
+                         r'exit 1 after \d+s\n   PASS a check')
+
+    def test_a_lab_that_stopped_before_its_count_fails_the_rest(self):
+        names = run.planned(('tier2', 'tier3'))
+        lab = self.lab({}, 'print("   PASS %s (1.0s)"); raise SystemExit(3)'
+                       % names[-1])
+        tally, out = quietly(lab.finish)
+        self.assertEqual((1, len(names) - 1, 0, 0), counts(tally))
+        self.assertIn('   FAIL %s (0.0s): not run: tools/lab/run.py stopped '
+                      'before its count (exit 3), see build/logs/lab.log' %
+                      names[0], out)
 
     def test_tier3_left_out_counts_its_checks_as_skipped(self):
         # the same checks in every run's total, with or without tier 3
         names, _ = quietly(run.read_plan, LAB / 'tier3.py')
-        for env in ({}, {'LAB_TIER3': ''}, {'LAB_TIER3': '0'}):
-            ran, tally, out = self.run_lab(env)
-            self.assertEqual([('tier1', 'tier2')], ran, env)
-        self.assertEqual((0, 0, len(names), 0), counts(tally))
+        lab = self.lab({'LAB_TIER3': '0'}, (
+            'import json, sys\n'
+            'json.dump({"passed": 2, "failed": 0, "skipped": 0, "xfail": 0,'
+            ' "failures": []}, open(sys.argv[1], "w"))'))
+        tally, out = quietly(lab.finish)
+        self.assertEqual((2, 0, len(names), 0), counts(tally))
         self.assertIn('   SKIP %s\n' % names[0], out)
+
+    def test_run_py_writes_its_count_for_the_test_command(self):
+        path = pathlib.Path(self.enterContext(
+            tempfile.TemporaryDirectory())) / 'counts.json'
+
+        def fake_run(tiers):
+            tally = testsel.Tally()
+            tally.passed = len(tiers)
+            tally.fail('lab tier3: x')
+            return tally
+        with mock.patch.object(run, 'run', fake_run):
+            rc, _ = quietly(run.main, ['run.py', 'tier2', 'tier3',
+                                       '--counts', str(path)])
+        self.assertEqual(1, rc)
+        self.assertEqual({'passed': 2, 'failed': 1, 'skipped': 0,
+                          'xfail': 0, 'failures': ['lab tier3: x']},
+                         json.loads(path.read_text()))
+
+    def test_the_planned_checks_of_tiers_2_and_3(self):
+        names = run.planned(('tier2', 'tier3'))
+        tier3_names, _ = quietly(run.read_plan, LAB / 'tier3.py')
+        self.assertEqual(tier3_names, names[-len(tier3_names):])
+        self.assertIn(run.FINISHED, names)
+        self.assertEqual(len(names), len(set(names)))
 
 
 class Tier1Test(unittest.TestCase):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Real libvirt and a real kernel mdev: the lab tiers of the test command.
 
-    python3 tools/lab/run.py [tier1|tier2|tier3|all]
+    python3 tools/lab/run.py [tier1|tier2|tier3|all ...] [--counts FILE]
     python3 tools/lab/run.py constraints   (re-make constraints/lab-cloud.txt)
 
 tier1  the domain and node-device XML that Nova's Cyborg mdev functional
@@ -26,9 +26,11 @@ Each tier's checks are planned before it runs (tier1.py --plan, plans.py,
 tier3.py --plan): one line per planned check, "PASS name (seconds)..." or
 "FAIL name (seconds): why", always; a check that could not run is a FAIL
 that says why ("not run: the lab could not be set up: ..."). The last line
-is the count; exits 1 on a failure.
+is the count (also written to FILE as JSON, with --counts); exits 1 on a
+failure.
 """
 
+import json
 import os
 import pathlib
 import re
@@ -570,19 +572,54 @@ def run(tiers=('tier1', 'tier2', 'tier3')):
     return tally
 
 
+def planned(tiers):
+    """The planned checks of the tiers, without running them: the names
+    their PASS and FAIL lines give (None for a plan that cannot be read)."""
+    names = []
+    for tier in tiers:
+        if tier == 'tier2':
+            names += [n for script in plans.TIER2.values()
+                      for n in script.values()]
+            names += [RAN % s for s in plans.TIER2] + [FINISHED]
+        else:
+            plan = read_plan(HERE / ('%s.py' % tier))
+            if plan is None:
+                return None
+            names += plan
+    return names
+
+
+def write_counts(tally, path):
+    """The tally as JSON, for the test command (tools/testsel.py Lab)."""
+    pathlib.Path(path).write_text(json.dumps({
+        'passed': tally.passed, 'failed': tally.failed,
+        'skipped': tally.skipped, 'xfail': tally.xfail,
+        'failures': tally.failures}))
+
+
 def main(argv):
-    which = argv[1] if len(argv) > 1 else 'all'
-    if which == 'constraints':
+    args = list(argv[1:])
+    counts = None
+    if '--counts' in args[:-1]:
+        i = args.index('--counts')
+        counts = args[i + 1]
+        del args[i:i + 2]
+    if args == ['constraints']:
         make_lab_cloud_constraints()
         return 0
-    if which not in ('tier1', 'tier2', 'tier3', 'all'):
+    which = args or ['all']
+    if which == ['all']:
+        which = list(TIERS)
+    if not all(tier in TIERS for tier in which):
         say(__doc__)
         return 2
     try:
-        tally = run(tuple(TIERS) if which == 'all' else (which,))
+        tally = run(tuple(which))
     except KeyboardInterrupt:
         say('interrupted (what the tier started is stopped)')
         return 130
+    if counts:
+        write_counts(tally, counts)
     if tally.failures:
         say('failures:')
         for f in tally.failures:
