@@ -116,6 +116,12 @@ class LabInTheTestCommandTest(unittest.TestCase):
             self.assertEqual(tiers, lab.tiers, env)
             quietly(lab.finish)
 
+    def test_a_suite_beside_it_gets_one_worker(self):
+        lab = self.lab({}, 'import time; time.sleep(3)')
+        self.assertEqual('1', lab.workers())
+        quietly(lab.finish)
+        self.assertEqual(testsel.CONCURRENCY, lab.workers())
+
     def test_its_checks_are_printed_and_counted_after_the_suites(self):
         lab = self.lab({}, (
             'import json, sys\n'

@@ -310,10 +310,12 @@ def tox_setenv(tree, env):
     return lines('testenv')
 
 
-def stestr(project, kind, test_path, filters, env, required=()):
+def stestr(project, kind, test_path, filters, env, required=(),
+           workers=None):
     """List, run and count one stestr suite; stream its progress; return
     its Tally. required: regexes of filters that must each select at
-    least one test (the regression sets)."""
+    least one test (the regression sets). workers: a callable giving
+    stestr's concurrency when the suite starts (default: one per core)."""
     env = dict(os.environ, **env)
     env['VIRTUAL_ENV'] = str(project.venv)
     env['PATH'] = '%s:%s' % (project.venv / 'bin', env.get('PATH', ''))
@@ -323,8 +325,10 @@ def stestr(project, kind, test_path, filters, env, required=()):
     label = '%s %s' % (project.name, kind)
     base = [str(project.venv / 'bin' / 'stestr'), '--test-path', test_path,
             '--top-dir', './']
-    print('== %s: stestr run %s (log: %s)' % (
-        label, ' '.join(filters) or '(all)',
+    concurrency = workers() if workers else CONCURRENCY
+    print('== %s: stestr run %s (%s worker%s; log: %s)' % (
+        label, ' '.join(filters) or '(all)', concurrency,
+        '' if concurrency == '1' else 's',
         log.relative_to(project.tree.parent.parent)), flush=True)
     start = time.time()
     tally = Tally()
@@ -356,7 +360,7 @@ def stestr(project, kind, test_path, filters, env, required=()):
     id_file.write_text('\n'.join(listed) + '\n')
     next_stream = repo / 'next-stream'
     run_id = int(next_stream.read_text()) if next_stream.exists() else 0
-    cmd = base + ['run', '--concurrency', CONCURRENCY, '--load-list',
+    cmd = base + ['run', '--concurrency', concurrency, '--load-list',
                   str(id_file)]
     done = 0
     with open(log, 'w') as out:
@@ -398,25 +402,27 @@ def stestr(project, kind, test_path, filters, env, required=()):
     return tally
 
 
-def run_tests(project):
+def run_tests(project, workers=None):
+    """The project's suites (see stestr() for workers)."""
     tally = Tally()
     if project.dist == 'nova':
         sel = nova_selection(project)
         regression = REGRESSION[project.name]
         tally.add(stestr(project, 'unit', './nova/tests/unit',
                          sel['unit'], tox_setenv(project.tree, 'unit'),
-                         required=regression['unit']))
+                         required=regression['unit'], workers=workers))
         tally.add(stestr(project, 'functional', './nova/tests/functional',
                          sel['functional'],
                          tox_setenv(project.tree, 'functional'),
-                         required=regression['functional']))
+                         required=regression['functional'],
+                         workers=workers))
     else:
         env = tox_setenv(project.tree, 'py3')
         tally.add(stestr(project, 'unit', './' + project.unit_tests, [],
-                         env))
+                         env, workers=workers))
         # Cyborg's functional tests (API samples, ...) are few and fast.
         tally.add(stestr(project, 'functional', './cyborg/tests/functional',
-                         [], env))
+                         [], env, workers=workers))
     return tally
 
 
@@ -544,8 +550,10 @@ class Lab:
     installs libvirt) runs first. Tiers 2 and 3 wait on TCG guests, which
     leave about 40% of the 2 cores idle: they run in a subprocess beside
     verify and the suites, their output kept in build/logs/lab.log and
-    printed, and counted, after the suites. Tier 3 (a real cloud, the 33
-    line upgraded in place to the primary line, about 21 minutes alone)
+    printed, and counted, after the suites. A suite that starts while
+    they run gets one worker (workers()): with one per core, the guests
+    and the suites each took twice their time. Tier 3 (a real cloud, the
+    33 line upgraded in place to the primary line, about 21 minutes alone)
     runs unless LAB_TIER3=0; left out, its planned checks count as
     skipped. See doc/lab.md."""
 
@@ -575,6 +583,12 @@ class Lab:
                 self.command, stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL)
         return tally
+
+    def workers(self):
+        """stestr's concurrency for a suite that starts now."""
+        if self.proc is not None and self.proc.poll() is None:
+            return '1'
+        return CONCURRENCY
 
     def finish(self, timeout=None):
         """Wait for tiers 2 and 3; print their output; their Tally (every
@@ -687,7 +701,8 @@ def check(projects, error, lab=True):
             tally.add(report_verify(project, results))
         for project in projects:
             if ready[project.name]:
-                tally.add(run_tests(project))
+                tally.add(run_tests(project,
+                                    workers=lab.workers if lab else None))
             else:
                 for kind in ('unit', 'functional'):
                     tally.fail('%s %s: not run: build/%s or its venv could '
