@@ -550,9 +550,10 @@ class Lab:
     installs libvirt) runs first. Tiers 2 and 3 wait on TCG guests, which
     leave about 40% of the 2 cores idle: they run in a subprocess beside
     verify and the suites, their output kept in build/logs/lab.log and
-    printed, and counted, after the suites. A suite that starts while
-    they run gets one worker (workers()): with one per core, the guests
-    and the suites each took twice their time. Tier 3 (a real cloud, the
+    printed, and counted, after the suites. The guests have one vCPU and
+    a suite that starts while they run gets one worker (workers()): with
+    two vCPUs, or a worker per core, the guests and the suites each took
+    twice their time or more. Tier 3 (a real cloud, the
     33 line upgraded in place to the primary line, about 21 minutes alone)
     runs unless LAB_TIER3=0; left out, its planned checks count as
     skipped. See doc/lab.md."""

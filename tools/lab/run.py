@@ -344,8 +344,9 @@ def tier2(tally):
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     guest = LAB / 'guest'
+    # (one vCPU, as the compute guest of tier 3: see cloud.py)
     cmd = ['qemu-system-x86_64', '-accel', 'tcg', '-m', '3072',
-           '-smp', str(os.cpu_count() or 2), '-nographic', '-no-reboot',
+           '-smp', '1', '-nographic', '-no-reboot',
            '-kernel', str(guest / 'vmlinuz'),
            '-initrd', str(guest / 'initrd.gz'),
            '-append', 'console=ttyS0 panic=-1 quiet loglevel=3 '
