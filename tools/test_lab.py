@@ -108,8 +108,8 @@ class LabInTheTestCommandTest(unittest.TestCase):
                       ', '.join(lab.tiers), out)
         return lab
 
-    def test_tier3_runs_unless_left_out(self):
-        for env, tiers in (({}, ('tier2', 'tier3')),
+    def test_tier3_runs_when_asked_for(self):
+        for env, tiers in (({}, ('tier2',)),
                            ({'LAB_TIER3': '1'}, ('tier2', 'tier3')),
                            ({'LAB_TIER3': '0'}, ('tier2',))):
             lab = self.lab(env, 'pass')
@@ -123,7 +123,7 @@ class LabInTheTestCommandTest(unittest.TestCase):
         self.assertEqual(testsel.CONCURRENCY, lab.workers())
 
     def test_its_checks_are_printed_and_counted_after_the_suites(self):
-        lab = self.lab({}, (
+        lab = self.lab({'LAB_TIER3': '1'}, (
             'import json, sys\n'
             'print("   PASS a check (1.0s)")\n'
             'json.dump({"passed": 3, "failed": 1, "skipped": 0, "xfail": 0,'
@@ -137,7 +137,8 @@ class LabInTheTestCommandTest(unittest.TestCase):
 
     def test_a_lab_that_stopped_before_its_count_fails_the_rest(self):
         names = run.planned(('tier2', 'tier3'))
-        lab = self.lab({}, 'print("   PASS %s (1.0s)"); raise SystemExit(3)'
+        lab = self.lab({'LAB_TIER3': '1'},
+                       'print("   PASS %s (1.0s)"); raise SystemExit(3)'
                        % names[-1])
         tally, out = quietly(lab.finish)
         self.assertEqual((1, len(names) - 1, 0, 0), counts(tally))
@@ -148,7 +149,7 @@ class LabInTheTestCommandTest(unittest.TestCase):
     def test_tier3_left_out_counts_its_checks_as_skipped(self):
         # the same checks in every run's total, with or without tier 3
         names, _ = quietly(run.read_plan, LAB / 'tier3.py')
-        lab = self.lab({'LAB_TIER3': '0'}, (
+        lab = self.lab({}, (
             'import json, sys\n'
             'json.dump({"passed": 2, "failed": 0, "skipped": 0, "xfail": 0,'
             ' "failures": []}, open(sys.argv[1], "w"))'))
