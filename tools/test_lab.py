@@ -132,8 +132,8 @@ class LabInTheTestCommandTest(unittest.TestCase):
         tally, out = quietly(lab.finish)
         self.assertEqual((3, 1, 0, 0), counts(tally))
         self.assertEqual(['lab tier3: b'], tally.failures)
-        self.assertRegex(out, r'== lab tier2, tier3 \(beside the suites\): '
-                         r'exit 1 after \d+s\n   PASS a check')
+        self.assertIn('== lab tier2, tier3 (beside the suites): exit 1\n'
+                      '   PASS a check', out)
 
     def test_a_lab_that_stopped_before_its_count_fails_the_rest(self):
         names = run.planned(('tier2', 'tier3'))
