@@ -87,11 +87,9 @@ def have_module(name):
 
 
 def python_problem():
-    if sys.version_info < (3, 9) or not hasattr(
-            __import__('tarfile'), 'data_filter'):
-        return ('python3 %s is too old: the tooling needs tarfile\'s '
-                'extraction filters (Python 3.11.4, or a distribution\'s '
-                'python3 that has them, such as Debian 12\'s)' %
+    if sys.version_info < (3, 11):
+        return ('python3 %s is too old: the tooling and its venvs need '
+                'Python 3.11 (Debian 12\'s python3)' %
                 platform.python_version())
     missing = [m for m in ('venv', 'ensurepip', 'pip')
                if not have_module(m)]

@@ -11,6 +11,7 @@ import os
 import pathlib
 import socket
 import sys
+import tarfile
 import tempfile
 import types
 import unittest
@@ -83,6 +84,20 @@ class PreflightTest(unittest.TestCase):
                                  TO_FETCH(lab=True))
                 self.assertNotIn('build/venvs/lab-cloud',
                                  TO_FETCH(lab=False))
+
+    def test_debian_12_s_python3_will_do(self):
+        # its 3.11.2 has no tarfile extraction filters: the series checks
+        # an sdist's members itself (tools/series extract())
+        saved = getattr(tarfile, 'data_filter', None)
+        if saved is not None:
+            del tarfile.data_filter
+            self.addCleanup(setattr, tarfile, 'data_filter', saved)
+        with mock.patch.object(sys, 'version_info', (3, 11, 2, 'final', 0)):
+            self.assertIsNone(preflight.python_problem())
+        with mock.patch.object(sys, 'version_info', (3, 10, 12, 'final', 0)):
+            self.assertIn('python3 %s is too old' % (
+                preflight.platform.python_version()),
+                preflight.python_problem())
 
     def test_not_debian_12_on_amd64(self):
         self.replace('os_release', lambda: {
