@@ -17,6 +17,7 @@ import sys
 import tarfile
 import tempfile
 import unittest
+from unittest import mock
 
 HERE = pathlib.Path(__file__).resolve().parent
 _loader = importlib.machinery.SourceFileLoader('series', str(HERE / 'series'))
@@ -100,6 +101,22 @@ class ExtractTest(unittest.TestCase):
                               str(raised.exception), way)
                 self.assertEqual([], list(self.dest.rglob('*')), way)
         self.assertFalse((self.dest.parent / 'evil.py').exists())
+
+
+class FindUvTest(unittest.TestCase):
+
+    def test_uv_trusts_the_system_s_certificates(self):
+        for before, after in ((None, '1'), ('0', '0')):
+            with mock.patch.dict(os.environ):
+                os.environ.pop('UV_NATIVE_TLS', None)
+                if before is not None:
+                    os.environ['UV_NATIVE_TLS'] = before
+                with mock.patch.object(series, 'VENVS', pathlib.Path(
+                        self.enterContext(tempfile.TemporaryDirectory()))):
+                    (series.VENVS / 'tools' / 'bin').mkdir(parents=True)
+                    (series.VENVS / 'tools' / 'bin' / 'uv').touch()
+                    series.find_uv()
+                self.assertEqual(after, os.environ['UV_NATIVE_TLS'])
 
 
 class SeriesWorkspaceTest(unittest.TestCase):
