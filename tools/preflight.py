@@ -9,7 +9,7 @@ RabbitMQ, libvirt, QEMU, the kernel's headers and source), boots Debian's
 kernel under QEMU and starts a cloud on 127.0.0.1, so it needs Debian 12
 on amd64, root, its loopback ports free and memory for a 3 GiB guest.
 `make check-suites` (verify, the Nova and Cyborg suites, the tooling's
-tests) needs none of that. Both need git, a python3 (3.11.4 or later) with
+tests) needs none of that. Both need git, a python3 3.11 (Debian 12's) with
 venv and pip, disk space, and network access to PyPI (and, for the lab,
 to the distribution's archive) while something is still to be fetched.
 

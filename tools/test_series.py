@@ -43,13 +43,16 @@ class ExtractTest(unittest.TestCase):
     """An sdist is extracted with tarfile's 'data' filter, or, on a
     python3 without it (Debian 12's 3.11.2), checked member by member."""
 
-    def sdist(self, *members):
+    def sdist(self, *members, uid=0, modes={}):
         """A gzipped tar of (name, text, or None for a directory, or
-        ('link', target)) members."""
+        ('link', target)) members, of that uid (modes: {name: mode})."""
         path = self.dest.parent / 'x-1.tar.gz'
         with tarfile.open(path, 'w:gz') as tar:
             for name, what in members:
                 info = tarfile.TarInfo(name)
+                info.uid = info.gid = uid
+                info.uname = info.gname = 'zuul' if uid else 'root'
+                info.mode = modes.get(name, 0o755 if what is None else 0o644)
                 data = None
                 if what is None:
                     info.type = tarfile.DIRTYPE
@@ -88,10 +91,29 @@ class ExtractTest(unittest.TestCase):
             self.assertEqual('A = 1\n', (self.dest / 'x-1' / 'nova' / 'a.py')
                              .read_text(), way)
 
+    def test_extracted_as_its_own_without_setuid_or_group_write(self):
+        # (sdists on PyPI are made by uid 1000, mode 664: extracted so by
+        # root, git refuses the tree as of "dubious ownership")
+        for way in self.both_ways():
+            shutil.rmtree(self.dest)
+            self.dest.mkdir()
+            with self.sdist(('x-1', None), ('x-1/run.sh', '#!/bin/sh\n'),
+                            ('x-1/a.py', 'A = 1\n'), uid=1000,
+                            modes={'x-1/run.sh': 0o4775, 'x-1': 0o777,
+                                   'x-1/a.py': 0o664}) as tar:
+                series.extract(tar, self.dest)
+            for name, mode in (('x-1', 0o755), ('x-1/run.sh', 0o755),
+                               ('x-1/a.py', 0o644)):
+                st = (self.dest / name).stat()
+                self.assertEqual((os.getuid(), os.getgid(), mode),
+                                 (st.st_uid, st.st_gid, st.st_mode & 0o7777),
+                                 (way, name))
+
     def test_a_member_outside_or_a_link_out_is_refused(self):
-        for member in (('../evil.py', 'x\n'),
+        for member in (('../evil.py', 'x\n'), ('/tmp/evil.py', 'x\n'),
                        ('x-1/passwd', ('link', '/etc/passwd')),
-                       ('x-1/up', ('link', '../../../etc'))):
+                       ('x-1/up', ('link', '../../../etc')),
+                       ('x-1/in', ('link', 'setup.cfg'))):
             for way in self.both_ways():
                 with self.sdist(('x-1/setup.cfg', '[metadata]\n'),
                                 member) as tar, \
@@ -106,17 +128,18 @@ class ExtractTest(unittest.TestCase):
 class FindUvTest(unittest.TestCase):
 
     def test_uv_trusts_the_system_s_certificates(self):
-        for before, after in ((None, '1'), ('0', '0')):
+        for before, after in (({}, '1'), ({'UV_SYSTEM_CERTS': '0'}, '0'),
+                              ({'UV_NATIVE_TLS': '0'}, None)):
             with mock.patch.dict(os.environ):
                 os.environ.pop('UV_NATIVE_TLS', None)
-                if before is not None:
-                    os.environ['UV_NATIVE_TLS'] = before
+                os.environ.pop('UV_SYSTEM_CERTS', None)
+                os.environ.update(before)
                 with mock.patch.object(series, 'VENVS', pathlib.Path(
                         self.enterContext(tempfile.TemporaryDirectory()))):
                     (series.VENVS / 'tools' / 'bin').mkdir(parents=True)
                     (series.VENVS / 'tools' / 'bin' / 'uv').touch()
                     series.find_uv()
-                self.assertEqual(after, os.environ['UV_NATIVE_TLS'])
+                self.assertEqual(after, os.environ.get('UV_SYSTEM_CERTS'))
 
 
 class SeriesWorkspaceTest(unittest.TestCase):
