@@ -5,6 +5,7 @@ Run by `make check` and `make check-suites`, or alone:
 """
 
 import contextlib
+import importlib
 import importlib.util
 import io
 import json
@@ -55,6 +56,18 @@ def counts(tally):
     return (tally.passed, tally.failed, tally.skipped, tally.xfail)
 
 
+DAY_KNOBS = ('LAB_UPGRADE_DAY', 'LAB_NOVA')
+
+
+def reload_days(env):
+    """days.py as imported with env (it picks its days at import)."""
+    with mock.patch.dict(os.environ, env):
+        for knob in DAY_KNOBS:
+            if knob not in env:
+                os.environ.pop(knob, None)
+        importlib.reload(days)
+
+
 class PlannedTest(unittest.TestCase):
 
     def test_a_planned_check_that_printed_nothing_fails(self):
@@ -93,7 +106,7 @@ class LabInTheTestCommandTest(unittest.TestCase):
         logs = pathlib.Path(self.enterContext(tempfile.TemporaryDirectory()))
         with mock.patch.object(testsel, 'load_lab_run', lambda: run), \
                 mock.patch.dict(os.environ, env):
-            if not env:
+            if 'LAB_TIER3' not in env:
                 os.environ.pop('LAB_TIER3', None)
             lab = testsel.Lab(logs)
         # (in place of run.py: what it prints, what it writes)
@@ -108,8 +121,8 @@ class LabInTheTestCommandTest(unittest.TestCase):
                       ', '.join(lab.tiers), out)
         return lab
 
-    def test_tier3_runs_when_asked_for(self):
-        for env, tiers in (({}, ('tier2',)),
+    def test_tier3_runs_unless_left_out(self):
+        for env, tiers in (({}, ('tier2', 'tier3')),
                            ({'LAB_TIER3': '1'}, ('tier2', 'tier3')),
                            ({'LAB_TIER3': '0'}, ('tier2',))):
             lab = self.lab(env, 'pass')
@@ -137,11 +150,13 @@ class LabInTheTestCommandTest(unittest.TestCase):
 
     def test_a_lab_that_stopped_before_its_count_fails_the_rest(self):
         names = run.planned(('tier2', 'tier3'))
-        lab = self.lab({'LAB_TIER3': '1'},
-                       'print("   PASS %s (1.0s)"); raise SystemExit(3)'
+        # (and the checks of the days it leaves out are skipped)
+        left_out = run.left_out(('tier2', 'tier3'))
+        lab = self.lab({}, 'print("   PASS %s (1.0s)"); raise SystemExit(3)'
                        % names[-1])
         tally, out = quietly(lab.finish)
-        self.assertEqual((1, len(names) - 1, 0, 0), counts(tally))
+        self.assertEqual((1, len(names) - 1, len(left_out), 0),
+                         counts(tally))
         self.assertIn('   FAIL %s (0.0s): not run: tools/lab/run.py stopped '
                       'before its count (exit 3), see build/logs/lab.log' %
                       names[0], out)
@@ -149,7 +164,8 @@ class LabInTheTestCommandTest(unittest.TestCase):
     def test_tier3_left_out_counts_its_checks_as_skipped(self):
         # the same checks in every run's total, with or without tier 3
         names, _ = quietly(run.read_plan, LAB / 'tier3.py')
-        lab = self.lab({}, (
+        names += run.left_out(('tier3',))
+        lab = self.lab({'LAB_TIER3': '0'}, (
             'import json, sys\n'
             'json.dump({"passed": 2, "failed": 0, "skipped": 0, "xfail": 0,'
             ' "failures": []}, open(sys.argv[1], "w"))'))
@@ -173,6 +189,35 @@ class LabInTheTestCommandTest(unittest.TestCase):
         self.assertEqual({'passed': 2, 'failed': 1, 'skipped': 0,
                           'xfail': 0, 'failures': ['lab tier3: x']},
                          json.loads(path.read_text()))
+
+    def test_a_day_left_out_counts_its_checks_as_skipped(self):
+        # (before anything is set up: here there is no venv at all)
+        tally = testsel.Tally()
+        empty = pathlib.Path(self.enterContext(tempfile.TemporaryDirectory()))
+        with mock.patch.object(run, 'VENVS', empty):
+            _, out = quietly(run.tier3, tally)
+        names, _ = quietly(run.read_plan, LAB / 'tier3.py')
+        left_out = run.left_out(('tier3',))
+        self.assertEqual((0, len(names), len(left_out), 0), counts(tally))
+        for name in left_out:
+            self.assertIn('   SKIP %s\n' % name, out)
+
+    def test_every_way_of_running_tier3_counts_the_same_checks(self):
+        totals = {}
+        for env in ({}, {'LAB_UPGRADE_DAY': '1'}, {'LAB_NOVA': 'nova'}):
+            with mock.patch.dict(os.environ, env):
+                for knob in DAY_KNOBS:
+                    if knob not in env:
+                        os.environ.pop(knob, None)
+                names, _ = quietly(run.read_plan, LAB / 'tier3.py')
+                left_out = run.left_out(('tier3',))
+            self.assertEqual(len(set(names + left_out)),
+                             len(names + left_out), env)
+            totals[tuple(env.items())] = (len(names), len(left_out))
+        self.assertEqual({((), (20, 8)),
+                          ((('LAB_UPGRADE_DAY', '1'),), (28, 0)),
+                          ((('LAB_NOVA', 'nova'),), (20, 8))},
+                         set(totals.items()))
 
     def test_the_planned_checks_of_tiers_2_and_3(self):
         names = run.planned(('tier2', 'tier3'))
@@ -274,6 +319,9 @@ class FakeSteps:
 class Tier3Test(unittest.TestCase):
 
     def setUp(self):
+        # (the upgrade day's, unless a test says otherwise)
+        reload_days({'LAB_UPGRADE_DAY': '1'})
+        self.addCleanup(reload_days, {})
         patcher = mock.patch.object(days, 'show_logs', lambda logs: None)
         patcher.start()
         self.addCleanup(patcher.stop)
@@ -325,6 +373,21 @@ class Tier3Test(unittest.TestCase):
         self.assertEqual(['nova', 'nova34'], tier3.lines())
         self.assertEqual([days.UpgradeDay, days.OperatorsDay], days.DAYS)
         self.assertEqual('nova34', days.OperatorsDay.NOVA)
+        self.assertEqual([], tier3.left_out())
+
+    def test_by_default_the_operator_s_day_alone_on_the_primary_line(self):
+        reload_days({})
+        self.assertEqual(['nova34'], tier3.lines())
+        self.assertEqual([days.OperatorsDay], days.DAYS)
+        self.assertEqual(days.UpgradeDay.plan(), tier3.left_out())
+        self.assertEqual(days.OperatorsDay.plan() + [tier3.TEARDOWN],
+                         tier3.plan())
+        # (no server of another day to resume or delete)
+        names = ' | '.join(days.OperatorsDay.plan())
+        self.assertIn('nova-compute resumes vm1 with them', names)
+        self.assertIn('8 delete: every server:', names)
+        self.assertRegex(days.OperatorsDay.header(), r'^day: the operator\'s '
+                         r'day, nova 34\.0\.0 \+ patches/nova34, cyborg ')
 
     def test_the_operator_s_host_reboot_resumes_the_upgraded_server(self):
         # (the upgrade day's u1, if it is ACTIVE; not one in ERROR, whose

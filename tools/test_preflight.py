@@ -63,7 +63,7 @@ class PreflightTest(unittest.TestCase):
         self.assertEqual([], preflight.problems(lab=False))
 
     def test_the_cloud_s_packages_and_venv_only_for_tier3(self):
-        # tier 3 is opt-in (LAB_TIER3=1): a run without it installs
+        # tier 3 runs unless LAB_TIER3=0: a run without it installs
         # neither, and the preflight does not announce them
         _, lab_run = preflight.lab_modules()
         lab_run.TIER2_PACKAGES = ['qemu-system-x86']
@@ -74,13 +74,13 @@ class PreflightTest(unittest.TestCase):
         self.replace('BUILD', build)
         both = ['qemu-system-x86', 'mariadb-server']
         for tier3, packages in (('0', ['qemu-system-x86']), ('1', both),
-                                (None, ['qemu-system-x86'])):
+                                (None, both)):
             env = {} if tier3 is None else {'LAB_TIER3': tier3}
             with mock.patch.dict(os.environ, env):
                 if tier3 is None:
                     os.environ.pop('LAB_TIER3', None)
                 self.assertEqual(packages, preflight.pending(lab=True)[1])
-                self.assertEqual(tier3 == '1', 'build/venvs/lab-cloud' in
+                self.assertEqual(tier3 != '0', 'build/venvs/lab-cloud' in
                                  TO_FETCH(lab=True))
                 self.assertNotIn('build/venvs/lab-cloud',
                                  TO_FETCH(lab=False))

@@ -118,16 +118,24 @@ class Planned:
                 tally.fail('%s: %s (not in its plan)' % (self.label, name))
 
 
-def read_plan(script):
+def read_plan(script, option='--plan'):
     """The planned checks of a lab script (`script --plan`, run with this
-    python: its module level is standard library only), or None."""
-    p = subprocess.run([sys.executable, str(script), '--plan'],
+    python: its module level is standard library only), or None. (Tier 3's
+    `--left-out`: the checks of the days this run leaves out.)"""
+    p = subprocess.run([sys.executable, str(script), option],
                        capture_output=True, text=True)
     if p.returncode:
-        print('   %s --plan failed: %s' % (script.name, p.stderr.strip()[
+        print('   %s %s failed: %s' % (script.name, option, p.stderr.strip()[
             -600:]), flush=True)
         return None
     return p.stdout.splitlines()
+
+
+def skip(tally, names):
+    """Count checks as skipped, one SKIP line each."""
+    for name in names:
+        print('   SKIP %s' % name, flush=True)
+    tally.skipped += len(names)
 
 
 def last_line(path):
@@ -480,17 +488,25 @@ def lab_cloud_venv():
 
 
 def tier3(tally):
+    import cloud
+    import days
+    import tier3 as tier3_script
     say('== lab tier3: both series as a cloud on a real mdev in a TCG guest: '
-        'the upgrade day (the 33 line, upgraded in place), the operator\'s '
-        'day, with the openstack client')
+        '%s, with the openstack client' % ', '.join(
+            day.TITLE for day in days.DAYS))
     names = read_plan(HERE / 'tier3.py')
-    if names is None:
-        tally.fail('lab tier3: its plan could not be read (tier3.py --plan)')
+    left_out = read_plan(HERE / 'tier3.py', '--left-out')
+    if names is None or left_out is None:
+        tally.fail('lab tier3: its plan could not be read (tier3.py --plan, '
+                   '--left-out)')
         return
+    if left_out:
+        say('   left out (LAB_UPGRADE_DAY=1 runs it): %s, its %d checks '
+            'skipped' % (', '.join(day.TITLE for day in days.LEFT_OUT),
+                         len(left_out)))
+        skip(tally, left_out)
     plan = Planned('lab tier3', names)
     start = time.time()
-    import cloud
-    import tier3 as tier3_script
     lines = tier3_script.lines()
     for venv in lines + ['cyborg']:
         if not (VENVS / venv / 'bin' / 'python').exists():
@@ -551,18 +567,17 @@ TIERS = {'tier1': tier1, 'tier2': tier2, 'tier3': tier3}
 
 
 def skip_tier3(tally):
-    """Tier 3 not asked for (LAB_TIER3=1 asks): each of its planned checks
-    is counted as skipped, so that every run's total holds the same
-    checks."""
+    """Tier 3 left out (LAB_TIER3=0): each of its checks is counted as
+    skipped, so that every run's total holds the same checks."""
     names = read_plan(HERE / 'tier3.py')
-    if names is None:
-        tally.fail('lab tier3: its plan could not be read (tier3.py --plan)')
+    left_out = read_plan(HERE / 'tier3.py', '--left-out')
+    if names is None or left_out is None:
+        tally.fail('lab tier3: its plan could not be read (tier3.py --plan, '
+                   '--left-out)')
         return
-    say('== lab tier3: not asked for (LAB_TIER3=1 runs it): its %d planned '
-        'checks are skipped' % len(names))
-    for name in names:
-        print('   SKIP %s' % name, flush=True)
-    tally.skipped += len(names)
+    say('== lab tier3: left out (LAB_TIER3=0): its %d checks are skipped' %
+        len(names + left_out))
+    skip(tally, names + left_out)
 
 
 def run(tiers=('tier1', 'tier2', 'tier3')):
@@ -588,6 +603,13 @@ def planned(tiers):
                 return None
             names += plan
     return names
+
+
+def left_out(tiers):
+    """The checks of the tiers this run leaves out (tier 3's days not
+    asked for), counted as skipped; None if they cannot be read."""
+    return read_plan(HERE / 'tier3.py', '--left-out') \
+        if 'tier3' in tiers else []
 
 
 def write_counts(tally, path):

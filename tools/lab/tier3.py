@@ -14,9 +14,13 @@ their output go to build/lab/cloud/transcript.txt.
 
     tier3.py          the cloud and its days
     tier3.py --plan   the names of the planned checks, one a line
+    tier3.py --left-out   those of the days left out (LAB_UPGRADE_DAY)
 """
 
+import collections
+import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -40,6 +44,12 @@ def plan():
     """Every check tier 3 reports, in order (tools/lab/run.py counts them
     even if this script never runs)."""
     return [name for day in days.DAYS for name in day.plan()] + [TEARDOWN]
+
+
+def left_out():
+    """The checks of the days this run leaves out (days.LEFT_OUT), which
+    tools/lab/run.py counts as skipped."""
+    return [name for day in days.LEFT_OUT for name in day.plan()]
 
 
 class Lab:
@@ -180,12 +190,52 @@ def run_days(lab):
         'CPU seconds of the guests\' QEMU at the last probe: %s)' % (
             elapsed(), cloudapi.PROBES[0], cloudapi.PROBES[1],
             cloudapi.LAST_QEMU_CPU))
+    say('   CPU seconds, the compute host\'s busiest processes since its '
+        'last boot: %s; the cloud\'s on this host: %s' % cpu_seconds(lab))
     return ok
+
+
+def _label(cmd):
+    """A short name for one of the cloud's command lines."""
+    for pattern in (r'^(\S+) uWSGI', r'from ([\w.]+) import main',
+                    r'^-c: (master) process'):
+        m = re.search(pattern, cmd)
+        if m:
+            return m.group(1)
+    return cmd.split(' ')[0].rsplit('/', 1)[-1]
+
+
+def cpu_seconds(lab, n=8):
+    """Where the tier's time goes: (the compute host's busiest processes,
+    the cloud's processes on this host), each 'name seconds, ...'."""
+    try:
+        rc, out, err = lab.guest.sh(
+            'ps -eo cputimes=,comm= --sort=-cputimes | head -%d' % n,
+            timeout=60)
+        guest = ', '.join(' '.join(line.split(None, 1)[::-1])
+                          for line in out.splitlines() if line.strip())
+    except Exception as e:      # only a measure: never a failure
+        guest = 'not read (%s)' % e
+    tick = os.sysconf('SC_CLK_TCK')
+    host = collections.Counter()
+    for pid, cmd in cloud.cloud_processes().items():
+        try:
+            stat = pathlib.Path('/proc/%d/stat' % pid).read_text()
+            fields = stat.rsplit(')', 1)[1].split()
+            host[_label(cmd)] += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            continue
+    return guest, ', '.join('%s %d' % (name, secs)
+                            for name, secs in host.most_common(n))
 
 
 def main():
     if sys.argv[1:] == ['--plan']:
         print('\n'.join(plan()))
+        return 0
+    if sys.argv[1:] == ['--left-out']:
+        for name in left_out():
+            print(name)
         return 0
     lab = Lab()
 
