@@ -23,6 +23,7 @@ from unittest import mock
 HERE = pathlib.Path(__file__).resolve().parent
 LAB = HERE / 'lab'
 sys.path.insert(0, str(LAB))
+import cloud  # noqa: E402
 import cloudapi  # noqa: E402
 import days  # noqa: E402
 import plans  # noqa: E402
@@ -424,6 +425,47 @@ class Tier3Test(unittest.TestCase):
                              r'\+ patches/\w+(, then \d+\.\d+\.\d+ \+ '
                              r'patches/\w+)?, cyborg \d+\.\d+\.\d+ \+ '
                              r'patches/cyborg$')
+
+
+class CloudProcessesTest(unittest.TestCase):
+    """What the teardown counts as left of the cloud, and what the next
+    run stops."""
+
+    def setUp(self):
+        self.tmp = pathlib.Path(self.enterContext(
+            tempfile.TemporaryDirectory()))
+        for name, value in (('CLOUD', self.tmp), ('RUN', self.tmp / 'run'),
+                            ('LOG', self.tmp / 'log'),
+                            ('SESSIONS', self.tmp / 'run' / 'sessions')):
+            patcher = mock.patch.object(cloud, name, value, create=True)
+            patcher.start()
+            self.addCleanup(patcher.stop)
+
+    def test_a_service_whose_environment_lost_the_mark_is_seen(self):
+        # (as a uwsgi or oslo.service worker that sets its title, which
+        # writes over the environment /proc shows)
+        s = cloud.Service('titled', ['sleep', '60'],
+                          env={'PATH': os.environ['PATH']}).start()
+        self.addCleanup(s.stop, 1)
+        self.assertIn(s.proc.pid, cloud.cloud_processes())
+        s.stop(1)
+        self.assertNotIn(s.proc.pid, cloud.cloud_processes())
+
+    def test_another_process_in_the_cloud_s_directory_is_not(self):
+        p = subprocess.Popen(['sleep', '60'], cwd=self.tmp,
+                             start_new_session=True)
+        self.addCleanup(p.wait)
+        self.addCleanup(p.kill)
+        self.assertNotIn(p.pid, cloud.cloud_processes())
+
+    def test_the_next_run_stops_what_a_killed_one_left(self):
+        s = cloud.Service('orphan', ['sleep', '60'],
+                          env={'PATH': os.environ['PATH']}).start()
+        self.addCleanup(s.stop, 1)
+        self.assertEqual(['sleep'], cloud.kill_leftovers())
+        s.proc.wait(10)
+        self.assertEqual({}, cloud.cloud_processes())
+        self.assertFalse(cloud.SESSIONS.exists())
 
 
 class ProbeTest(unittest.TestCase):

@@ -44,6 +44,7 @@ TEMPLATES = HERE / 'cloud'
 ETC = CLOUD / 'etc'
 LOG = CLOUD / 'log'
 RUN = CLOUD / 'run'
+SESSIONS = RUN / 'sessions'     # the session of each Service started
 STATE = CLOUD / 'state'          # what the DB template goes with
 MYSQL = CLOUD / 'mysql'
 DB_TEMPLATE = CLOUD / 'db-template'
@@ -246,6 +247,9 @@ class Service:
                 stdin=subprocess.DEVNULL, env=self.env, cwd=self.cwd,
                 start_new_session=True)
         (RUN / ('%s.pid' % self.name)).write_text(str(self.proc.pid))
+        # (its session, for cloud_processes(): kept after its stop)
+        with open(SESSIONS, 'a') as f:
+            f.write('%d\n' % self.proc.pid)
         return self
 
     def running(self):
@@ -292,20 +296,34 @@ def cloud_processes():
     """The processes the cloud started that still run, whoever their parent
     is now (a run killed with SIGKILL leaves orphans; QEMU's guestfwd
     helpers are started in sessions of their own): those whose environment
-    has MARK=build/lab/cloud. Returns {pid: command line}."""
+    has MARK=build/lab/cloud, and those of a session a Service started
+    (SESSIONS) that run in build/lab/cloud. (A process that sets its title,
+    as uwsgi and oslo.service's workers do, writes over the environment
+    /proc shows.) Returns {pid: command line}."""
     mark = ('%s=%s' % (MARK, CLOUD)).encode()
+    try:
+        sessions = {int(n) for n in SESSIONS.read_text().split()}
+    except (OSError, ValueError):
+        sessions = set()
     found = {}
     for proc in pathlib.Path('/proc').iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
-            if mark not in (proc / 'environ').read_bytes().split(b'\0'):
+            marked = mark in (proc / 'environ').read_bytes().split(b'\0')
+            if not marked and not (os.getsid(int(proc.name)) in sessions
+                                   and _runs_in_cloud(proc)):
                 continue
             cmd = (proc / 'cmdline').read_bytes().replace(b'\0', b' ')
         except OSError:
             continue
         found[int(proc.name)] = cmd.decode(errors='replace').strip()
     return found
+
+
+def _runs_in_cloud(proc):
+    cwd = pathlib.Path(os.readlink(proc / 'cwd'))
+    return cwd == CLOUD or CLOUD in cwd.parents
 
 
 def kill_leftovers():
@@ -320,6 +338,7 @@ def kill_leftovers():
             pass
     for pidfile in sorted(RUN.glob('*.pid')) if RUN.exists() else []:
         pidfile.unlink(missing_ok=True)
+    SESSIONS.unlink(missing_ok=True)
     return stopped
 
 

@@ -195,10 +195,11 @@ def run_days(lab):
     return ok
 
 
-def _label(cmd):
-    """A short name for one of the cloud's command lines."""
-    for pattern in (r'^(\S+) uWSGI', r'from ([\w.]+) import main',
-                    r'^-c: (master) process'):
+def _short(cmd):
+    """A process's name: its configuration file's, or the module it runs,
+    or its program's."""
+    for pattern in (r'--config-file \S*?([\w-]+)\.conf',
+                    r'from ([\w.]+) import main'):
         m = re.search(pattern, cmd)
         if m:
             return m.group(1)
@@ -206,23 +207,30 @@ def _label(cmd):
 
 
 def cpu_seconds(lab, n=8):
-    """Where the tier's time goes: (the compute host's busiest processes,
-    the cloud's processes on this host), each 'name seconds, ...'."""
+    """Where the tier's time goes: (the compute host's busiest processes
+    since its last boot, the cloud's services here), each 'name seconds,
+    ...' (a service's seconds are those of its session's processes).
+    Only a measure: it never fails."""
     try:
         rc, out, err = lab.guest.sh(
-            'ps -eo cputimes=,comm= --sort=-cputimes | head -%d' % n,
+            'ps -eo cputimes=,args= --sort=-cputimes | head -%d' % n,
             timeout=60)
-        guest = ', '.join(' '.join(line.split(None, 1)[::-1])
-                          for line in out.splitlines() if line.strip())
-    except Exception as e:      # only a measure: never a failure
+        guest = ', '.join('%s %s' % (_short(cmd), secs) for secs, cmd in (
+            line.split(None, 1) for line in out.splitlines()
+            if len(line.split(None, 1)) == 2))
+    except Exception as e:
         guest = 'not read (%s)' % e
+    names = {s.proc.pid: name for name, s in lab.cloud.services.items()
+             if s.proc is not None}
     tick = os.sysconf('SC_CLK_TCK')
     host = collections.Counter()
     for pid, cmd in cloud.cloud_processes().items():
         try:
             stat = pathlib.Path('/proc/%d/stat' % pid).read_text()
             fields = stat.rsplit(')', 1)[1].split()
-            host[_label(cmd)] += (int(fields[11]) + int(fields[12])) / tick
+            name = names.get(os.getsid(pid)) or \
+                cmd.split(' ')[0].rsplit('/', 1)[-1]
+            host[name] += (int(fields[11]) + int(fields[12])) / tick
         except (OSError, IndexError, ValueError):
             continue
     return guest, ', '.join('%s %d' % (name, secs)
