@@ -197,7 +197,9 @@ def run_days(lab):
 
 def _short(cmd):
     """A process's name: its configuration file's, or the module it runs,
-    or its program's."""
+    or its program's (a kernel thread's, as ps shows it)."""
+    if cmd.startswith('['):
+        return cmd
     for pattern in (r'--config-file \S*?([\w-]+)\.conf',
                     r'from ([\w.]+) import main'):
         m = re.search(pattern, cmd)
