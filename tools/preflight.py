@@ -205,9 +205,9 @@ def missing_packages(packages):
 def tier3_on():
     """Whether the lab runs its tier 3, a real cloud (unless LAB_TIER3=0),
     which alone needs the cloud's packages and build/venvs/lab-cloud. It
-    runs the operator's day on the primary line (about 14 minutes alone);
-    LAB_UPGRADE_DAY=1 adds the upgrade day (7 more), which the test
-    command cannot hold within its time: see doc/test-command.md."""
+    runs the operator's day on the primary line (15 minutes beside the
+    suites); LAB_UPGRADE_DAY=1 adds the upgrade day (7 more), which the
+    test command cannot hold within its time: see doc/test-command.md."""
     return os.environ.get('LAB_TIER3') != '0'
 
 

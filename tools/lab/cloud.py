@@ -302,8 +302,9 @@ def cloud_processes():
     /proc shows.) Returns {pid: command line}."""
     mark = ('%s=%s' % (MARK, CLOUD)).encode()
     try:
-        sessions = {int(n) for n in SESSIONS.read_text().split()}
-    except (OSError, ValueError):
+        sessions = {int(n) for n in SESSIONS.read_text().split()
+                    if n.isdigit()}
+    except OSError:
         sessions = set()
     found = {}
     for proc in pathlib.Path('/proc').iterdir():
@@ -322,8 +323,9 @@ def cloud_processes():
 
 
 def _runs_in_cloud(proc):
+    cloud = pathlib.Path(os.path.realpath(CLOUD))
     cwd = pathlib.Path(os.readlink(proc / 'cwd'))
-    return cwd == CLOUD or CLOUD in cwd.parents
+    return cwd == cloud or cloud in cwd.parents
 
 
 def kill_leftovers():
@@ -902,10 +904,10 @@ class ComputeGuest:
                 CONTROLLER_IN_GUEST, port, port)
             for port in sorted(PORTS.values()))
         return [
-            # (one vCPU: the test command runs the suites beside the lab
-            # with one worker; a guest of two vCPUs sharing the other core
-            # with them runs at half speed or less, its vCPUs waiting on
-            # each other while one is not scheduled)
+            # (one vCPU: the test command runs the suites beside the lab;
+            # a guest of two vCPUs sharing a core with them runs at half
+            # speed or less, its vCPUs waiting on each other while one is
+            # not scheduled)
             'qemu-system-x86_64', '-accel', 'tcg', '-m', str(self.memory),
             '-smp', '1', '-nographic', '-no-reboot',
             '-kernel', GUEST_BUILD / 'vmlinuz',

@@ -501,8 +501,8 @@ def tier3(tally):
                    '--left-out)')
         return
     if left_out:
-        say('   left out (LAB_UPGRADE_DAY=1 runs it): %s, its %d checks '
-            'skipped' % (', '.join(day.TITLE for day in days.LEFT_OUT),
+        say('   left out (LAB_UPGRADE_DAY=1 runs it on the primary line): '
+            '%s, its %d checks skipped' % (', '.join(day.TITLE for day in days.LEFT_OUT),
                          len(left_out)))
         skip(tally, left_out)
     plan = Planned('lab tier3', names)
