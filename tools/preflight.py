@@ -211,6 +211,25 @@ def tier3_on():
     return os.environ.get('LAB_TIER3') != '0'
 
 
+# The lab's knobs, and what each value does (unset or empty: the default).
+KNOBS = {'LAB_TIER3': ('0: leave tier 3 out', '1: run it (the default)'),
+         'LAB_UPGRADE_DAY': ('0: leave it out (the default)',
+                             '1: run the upgrade day first')}
+
+
+def knob_problems():
+    """A lab knob set to anything but 0 or 1 would silently mean its
+    default (LAB_TIER3=no would run tier 3): name it instead."""
+    found = []
+    for knob, meanings in KNOBS.items():
+        value = os.environ.get(knob, '')
+        if value not in ('', '0', '1'):
+            found.append('%s=%r is neither 0 nor 1 (%s): set it to one of '
+                         'them or unset it' % (knob, value,
+                                               ', '.join(meanings)))
+    return found
+
+
 def to_fetch(lab):
     """What the next run fetches from PyPI (sdists, venvs) that build/
     does not hold yet."""
@@ -270,6 +289,7 @@ def problems(lab=True):
     if bad_python:
         found.append(bad_python)
     if lab:
+        found.extend(knob_problems())
         cloud, lab_run = lab_modules()
         ours = cloud.cloud_processes()
         for port in cloud.all_ports():

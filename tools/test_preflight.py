@@ -166,6 +166,23 @@ class PreflightTest(unittest.TestCase):
         self.assertIn('only 2.0 GiB of memory available', problem)
         self.assertEqual([], preflight.problems(lab=False))
 
+    def test_a_lab_knob_that_is_neither_0_nor_1(self):
+        # before, LAB_TIER3=no ran tier 3 and LAB_UPGRADE_DAY=yes left
+        # the upgrade day out, both without a word
+        for knob, value in (('LAB_TIER3', 'no'), ('LAB_UPGRADE_DAY', 'yes'),
+                            ('LAB_UPGRADE_DAY', ' 1')):
+            with mock.patch.dict(os.environ, {knob: value}):
+                found = preflight.problems(lab=True)
+                self.assertEqual(1, len(found), found)
+                self.assertIn('%s=%r is neither 0 nor 1' % (knob, value),
+                              found[0])
+                # make check-suites runs no lab: the knobs are not its own
+                self.assertEqual([], preflight.problems(lab=False))
+        for value in ('', '0', '1'):
+            with mock.patch.dict(os.environ, {'LAB_TIER3': value,
+                                              'LAB_UPGRADE_DAY': value}):
+                self.assertEqual([], preflight.problems(lab=True))
+
     def test_every_problem_on_one_line(self):
         self.replace('euid', lambda: 1000)
         self.replace('free_bytes', lambda path: 1 * GIB)
