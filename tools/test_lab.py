@@ -230,6 +230,42 @@ class LabInTheTestCommandTest(unittest.TestCase):
                           ((('LAB_NOVA', 'nova'),), (20, 8))},
                          set(totals.items()))
 
+    def test_plan_sizes_are_the_scripts_plans(self):
+        # what a run counts for a script that cannot say its plan
+        for env in ({}, {'LAB_UPGRADE_DAY': '1'}):
+            with mock.patch.dict(os.environ, env):
+                for knob in DAY_KNOBS:
+                    if knob not in env:
+                        os.environ.pop(knob, None)
+                for tier in ('tier1', 'tier3'):
+                    names, left_out, unread = run.plans_of(tier)
+                    self.assertIsNone(unread)
+                    self.assertEqual(run.PLAN_SIZES[tier],
+                                     len(names + left_out), (tier, env))
+
+    def test_a_plan_that_cannot_be_read_keeps_its_checks(self):
+        # before: one failure stood for tier 3's 28 checks (tier 1's 9),
+        # and the total shrank by the rest
+        broken = pathlib.Path(self.enterContext(
+            tempfile.TemporaryDirectory()))
+        for script in ('tier1.py', 'tier3.py'):
+            (broken / script).write_text('raise SyntaxError("broken")\n')
+        with mock.patch.object(run, 'HERE', broken):
+            for tier, run_it in (('tier1', run.tier1), ('tier3', run.tier3),
+                                 ('tier3', run.skip_tier3)):
+                tally = testsel.Tally()
+                _, out = quietly(run_it, tally)
+                self.assertEqual((0, run.PLAN_SIZES[tier], 0, 0),
+                                 counts(tally), tier)
+                self.assertIn('   FAIL %s: planned check 1 of %d (0.0s): not '
+                              'run: its plan could not be read (%s.py --plan'
+                              % (tier, run.PLAN_SIZES[tier], tier), out)
+            names, _ = quietly(run.planned, ('tier2', 'tier3'))
+            left_out, _ = quietly(run.left_out, ('tier2', 'tier3'))
+            self.assertEqual([], left_out)
+        self.assertEqual(run.PLAN_SIZES['tier3'] + len(
+            run.planned(('tier2',))), len(names))
+
     def test_the_planned_checks_of_tiers_2_and_3(self):
         names = run.planned(('tier2', 'tier3'))
         tier3_names, _ = quietly(run.read_plan, LAB / 'tier3.py')

@@ -632,9 +632,6 @@ class Lab:
             'build/logs/lab.log' % rc
         names = self.lab_run.planned(self.tiers)
         left_out = self.lab_run.left_out(self.tiers)
-        if names is None or left_out is None:
-            tally.fail('lab: %s; the plans could not be read' % why)
-            return tally
         for name in left_out:
             print('   SKIP %s' % name, flush=True)
         tally.skipped += len(left_out)
