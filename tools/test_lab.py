@@ -524,6 +524,18 @@ class CloudProcessesTest(unittest.TestCase):
         self.addCleanup(p.kill)
         self.assertNotIn(p.pid, cloud.cloud_processes())
 
+    def test_a_session_recorded_before_the_host_s_last_boot_is_not(self):
+        # (its id may have been given to another session since: only the
+        # environment's mark would make its processes the cloud's)
+        s = cloud.Service('rebooted', ['sleep', '60'],
+                          env={'PATH': os.environ['PATH']}).start()
+        self.addCleanup(s.stop, 1)
+        self.assertIn(s.proc.pid, cloud.cloud_processes())
+        boot = self.tmp / 'boot_id'
+        boot.write_text('another-boot\n')
+        with mock.patch.object(cloud, 'BOOT_ID', boot):
+            self.assertNotIn(s.proc.pid, cloud.cloud_processes())
+
     def test_the_next_run_stops_what_a_killed_one_left(self):
         s = cloud.Service('orphan', ['sleep', '60'],
                           env={'PATH': os.environ['PATH']}).start()

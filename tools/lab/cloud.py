@@ -45,6 +45,7 @@ ETC = CLOUD / 'etc'
 LOG = CLOUD / 'log'
 RUN = CLOUD / 'run'
 SESSIONS = RUN / 'sessions'     # the session of each Service started
+BOOT_ID = '/proc/sys/kernel/random/boot_id'
 STATE = CLOUD / 'state'          # what the DB template goes with
 MYSQL = CLOUD / 'mysql'
 DB_TEMPLATE = CLOUD / 'db-template'
@@ -249,7 +250,7 @@ class Service:
         (RUN / ('%s.pid' % self.name)).write_text(str(self.proc.pid))
         # (its session, for cloud_processes(): kept after its stop)
         with open(SESSIONS, 'a') as f:
-            f.write('%d\n' % self.proc.pid)
+            f.write('%s %d\n' % (boot_id(), self.proc.pid))
         return self
 
     def running(self):
@@ -301,11 +302,7 @@ def cloud_processes():
     as uwsgi and oslo.service's workers do, writes over the environment
     /proc shows.) Returns {pid: command line}."""
     mark = ('%s=%s' % (MARK, CLOUD)).encode()
-    try:
-        sessions = {int(n) for n in SESSIONS.read_text().split()
-                    if n.isdigit()}
-    except OSError:
-        sessions = set()
+    sessions = recorded_sessions()
     found = {}
     for proc in pathlib.Path('/proc').iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
@@ -320,6 +317,28 @@ def cloud_processes():
             continue
         found[int(proc.name)] = cmd.decode(errors='replace').strip()
     return found
+
+
+def boot_id():
+    """This boot's id: a session id recorded before the host's last boot
+    says nothing of the processes running now."""
+    try:
+        return pathlib.Path(BOOT_ID).read_text().strip()
+    except OSError:
+        return 'unknown'
+
+
+def recorded_sessions():
+    """The sessions Services started since the host's last boot (SESSIONS:
+    a line "<boot id> <session id>" each)."""
+    try:
+        lines = SESSIONS.read_text().splitlines()
+    except OSError:
+        return set()
+    this_boot = boot_id()
+    return {int(words[1]) for words in map(str.split, lines)
+            if len(words) == 2 and words[0] == this_boot and
+            words[1].isdigit()}
 
 
 def _runs_in_cloud(proc):
