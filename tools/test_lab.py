@@ -136,15 +136,28 @@ class LabInTheTestCommandTest(unittest.TestCase):
     def test_it_runs_ahead_of_verify_and_the_suites(self):
         # (its processes at a higher priority; the suites, with a worker
         # per core, take the time it leaves)
-        lab = self.lab({}, 'import os; print("niceness %d" % '
-                           'os.getpriority(os.PRIO_PROCESS, 0))')
-        _, out = quietly(lab.finish)
+        with mock.patch.object(testsel, 'load_lab_run', lambda: run):
+            command = testsel.Lab(pathlib.Path('logs')).command
+        self.assertEqual(['--nice', '-10'], command[-2:])
+        # run.py takes it before anything starts: its children inherit it
+        probe = ('import os, sys; sys.path.insert(0, %r); import run; '
+                 'run.set_niceness(-10); '
+                 'print(os.getpriority(os.PRIO_PROCESS, 0))' % str(LAB))
+        got = subprocess.run([sys.executable, '-c', probe],
+                             capture_output=True, text=True).stdout
         # (where a process may raise its priority: root with CAP_SYS_NICE)
         may = subprocess.run([sys.executable, '-c', 'import os; '
                               'os.setpriority(os.PRIO_PROCESS, 0, -10)'],
                              capture_output=True).returncode == 0
         expected = -10 if may else os.getpriority(os.PRIO_PROCESS, 0)
-        self.assertIn('niceness %d\n' % expected, out)
+        self.assertEqual('%d\n' % expected, got)
+
+    def test_a_niceness_that_is_no_integer_is_refused(self):
+        with mock.patch.object(run, 'run') as tiers:
+            rc, out = quietly(run.main, ['run.py', 'tier2', '--nice', 'high'])
+        self.assertEqual(2, rc)
+        self.assertIn("--nice takes a niceness (an integer), not 'high'", out)
+        tiers.assert_not_called()
 
     def test_its_checks_are_printed_and_counted_after_the_suites(self):
         lab = self.lab({'LAB_TIER3': '1'}, (

@@ -543,17 +543,9 @@ def load_lab_run():
 
 
 # The niceness of the lab's processes (its guests, its cloud) in the test
-# command: ahead of verify and the suites, which take what it leaves.
+# command (run.py --nice): ahead of verify and the suites, which take what
+# it leaves.
 LAB_NICE = -10
-
-
-def lab_priority():
-    """(in the lab's process, before it runs) its higher priority: root
-    only, as the lab is; a user without root gets the default."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, LAB_NICE)
-    except OSError:
-        pass
 
 
 class Lab:
@@ -582,7 +574,8 @@ class Lab:
         self.log = logs / 'lab.log'
         self.counts = logs / 'lab-counts.json'
         self.command = [sys.executable, str(TOOLS / 'lab' / 'run.py')] + \
-            list(self.tiers) + ['--counts', str(self.counts)]
+            list(self.tiers) + ['--counts', str(self.counts),
+                                '--nice', str(LAB_NICE)]
         self.proc = None
 
     def start(self):
@@ -597,7 +590,7 @@ class Lab:
         with open(self.log, 'w') as out:
             self.proc = subprocess.Popen(
                 self.command, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, preexec_fn=lab_priority)
+                stdin=subprocess.DEVNULL)
         return tally
 
     def finish(self, timeout=None):

@@ -2,6 +2,7 @@
 """Real libvirt and a real kernel mdev: the lab tiers of the test command.
 
     python3 tools/lab/run.py [tier1|tier2|tier3|all ...] [--counts FILE]
+                             [--nice N]
     python3 tools/lab/run.py constraints   (re-make constraints/lab-cloud.txt)
 
 tier1  the domain and node-device XML that Nova's Cyborg mdev functional
@@ -27,7 +28,8 @@ tier3.py --plan): one line per planned check, "PASS name (seconds)..." or
 "FAIL name (seconds): why", always; a check that could not run is a FAIL
 that says why ("not run: the lab could not be set up: ..."). The last line
 is the count (also written to FILE as JSON, with --counts); exits 1 on a
-failure.
+failure. --nice N: the lab's niceness (the test command's: -10, ahead of
+verify and the suites).
 """
 
 import json
@@ -641,13 +643,35 @@ def write_counts(tally, path):
         'failures': tally.failures}))
 
 
+def option(args, name):
+    """The value of `name VALUE` in args (taken out of them), or None."""
+    if name not in args[:-1]:
+        return None
+    i = args.index(name)
+    value = args[i + 1]
+    del args[i:i + 2]
+    return value
+
+
+def set_niceness(nice):
+    """The lab's niceness, before it starts anything (its guests and its
+    cloud inherit it): a higher priority needs root, as the lab does; a
+    process that may not raise it keeps its own."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, int(nice))
+    except OSError:
+        pass
+
+
 def main(argv):
     args = list(argv[1:])
-    counts = None
-    if '--counts' in args[:-1]:
-        i = args.index('--counts')
-        counts = args[i + 1]
-        del args[i:i + 2]
+    counts = option(args, '--counts')
+    nice = option(args, '--nice')
+    if nice is not None:
+        if not nice.lstrip('-').isdigit():
+            say('--nice takes a niceness (an integer), not %r' % nice)
+            return 2
+        set_niceness(nice)
     if args == ['constraints']:
         make_lab_cloud_constraints()
         return 0
