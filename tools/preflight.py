@@ -86,6 +86,10 @@ def have_module(name):
     return importlib.util.find_spec(name) is not None
 
 
+def have_command(name):
+    return shutil.which(name) is not None
+
+
 def python_problem():
     if sys.version_info < (3, 11):
         return ('python3 %s is too old: the tooling and its venvs need '
@@ -211,22 +215,29 @@ def tier3_on():
     return os.environ.get('LAB_TIER3') != '0'
 
 
-# The lab's knobs, and what each value does (unset or empty: the default).
-KNOBS = {'LAB_TIER3': ('0: leave tier 3 out', '1: run it (the default)'),
-         'LAB_UPGRADE_DAY': ('0: leave it out (the default)',
-                             '1: run the upgrade day first')}
+# The lab's knobs: each value it takes, and what it does (unset or empty:
+# the default).
+KNOBS = {
+    'LAB_TIER3': {'0': 'leave tier 3 out', '1': 'run it (the default)'},
+    'LAB_UPGRADE_DAY': {'0': 'leave it out (the default)',
+                        '1': 'run the upgrade day first'},
+    'LAB_NOVA': {'nova34': 'the operator\'s day on the primary line (the '
+                           'default)',
+                 'nova': 'on the 33 line'},
+}
 
 
 def knob_problems():
-    """A lab knob set to anything but 0 or 1 would silently mean its
+    """A lab knob set to a value it does not take would silently mean its
     default (LAB_TIER3=no would run tier 3): name it instead."""
     found = []
     for knob, meanings in KNOBS.items():
         value = os.environ.get(knob, '')
-        if value not in ('', '0', '1'):
-            found.append('%s=%r is neither 0 nor 1 (%s): set it to one of '
-                         'them or unset it' % (knob, value,
-                                               ', '.join(meanings)))
+        if value and value not in meanings:
+            found.append('%s=%r is not one of %s (%s): set it to one of them '
+                         'or unset it' % (
+                             knob, value, ', '.join(meanings), '; '.join(
+                                 '%s: %s' % kv for kv in meanings.items())))
     return found
 
 
@@ -272,7 +283,7 @@ def problems(lab=True):
         rel = os_release()
         if rel.get('ID') != 'debian' or rel.get('VERSION_ID') != '12' or \
                 machine() not in ('x86_64', 'amd64') or \
-                not shutil.which('apt-get'):
+                not have_command('apt-get'):
             found.append(
                 'this is %s on %s, the lab needs Debian 12 on amd64 with '
                 'apt-get (it installs Debian 12\'s packages and boots its '
@@ -283,7 +294,7 @@ def problems(lab=True):
             found.append('not root (uid %d): the lab installs packages and '
                          'runs libvirt, QEMU, MariaDB as root: run it as root '
                          '(sudo make check)%s' % (euid(), alternative))
-    if not shutil.which('git'):
+    if not have_command('git'):
         found.append('no git: install it (apt-get install git)')
     bad_python = python_problem()
     if bad_python:
@@ -310,7 +321,7 @@ def problems(lab=True):
                          'services); free some%s' % (
                              avail / GIB, MEMORY // GIB, alternative))
     fetch, packages = pending(lab)
-    installable = euid() == 0 and shutil.which('apt-get')
+    installable = euid() == 0 and have_command('apt-get')
     if not lab and not SCHEMAS.exists() and not installable:
         found.append('libvirt\'s RelaxNG schemas are missing (%s; the '
                      'demo\'s test validates Nova\'s XML with them): install '

@@ -43,6 +43,8 @@ class PreflightTest(unittest.TestCase):
                 ('machine', lambda: 'x86_64'),
                 ('euid', lambda: 0),
                 ('have_module', lambda name: True),
+                ('have_command', lambda name: True),
+                ('SCHEMAS', HERE / 'preflight.py'),     # (a file there)
                 ('free_bytes', lambda path: 100 * GIB),
                 ('mem_available', lambda: 16 * GIB),
                 ('to_fetch', lambda lab: []),
@@ -52,6 +54,12 @@ class PreflightTest(unittest.TestCase):
             patcher = mock.patch.object(preflight, name, value)
             patcher.start()
             self.addCleanup(patcher.stop)
+        # (the lab's knobs of whoever runs the tests are not the machine's)
+        env = mock.patch.dict(os.environ)
+        env.start()
+        self.addCleanup(env.stop)
+        for knob in preflight.KNOBS:
+            os.environ.pop(knob, None)
 
     def replace(self, name, value):
         patcher = mock.patch.object(preflight, name, value)
@@ -110,6 +118,18 @@ class PreflightTest(unittest.TestCase):
         self.assertIn('make check-suites', problem)
         self.assertEqual([], preflight.problems(lab=False))
 
+    def test_no_apt_get_or_no_git(self):
+        # (a machine without apt-get: before, the other tests of this
+        # class failed there, as they read the machine's own)
+        self.replace('have_command', lambda name: name != 'apt-get')
+        (problem,) = preflight.problems(lab=True)
+        self.assertIn('the lab needs Debian 12 on amd64 with apt-get',
+                      problem)
+        self.assertEqual([], preflight.problems(lab=False))
+        self.replace('have_command', lambda name: name != 'git')
+        (problem,) = preflight.problems(lab=False)
+        self.assertIn('no git: install it', problem)
+
     def test_not_root(self):
         self.replace('euid', lambda: 1000)
         (problem,) = preflight.problems(lab=True)
@@ -166,21 +186,27 @@ class PreflightTest(unittest.TestCase):
         self.assertIn('only 2.0 GiB of memory available', problem)
         self.assertEqual([], preflight.problems(lab=False))
 
-    def test_a_lab_knob_that_is_neither_0_nor_1(self):
-        # before, LAB_TIER3=no ran tier 3 and LAB_UPGRADE_DAY=yes left
-        # the upgrade day out, both without a word
-        for knob, value in (('LAB_TIER3', 'no'), ('LAB_UPGRADE_DAY', 'yes'),
-                            ('LAB_UPGRADE_DAY', ' 1')):
+    def test_a_lab_knob_set_to_a_value_it_does_not_take(self):
+        # before, LAB_TIER3=no ran tier 3, LAB_UPGRADE_DAY=yes left the
+        # upgrade day out, both without a word; LAB_NOVA=33 failed every
+        # check of tier 3 "no 33 venv"
+        for knob, value, takes in (
+                ('LAB_TIER3', 'no', '0, 1'), ('LAB_UPGRADE_DAY', 'yes', '0, 1'),
+                ('LAB_UPGRADE_DAY', ' 1', '0, 1'),
+                ('LAB_NOVA', '33', 'nova34, nova')):
             with mock.patch.dict(os.environ, {knob: value}):
                 found = preflight.problems(lab=True)
                 self.assertEqual(1, len(found), found)
-                self.assertIn('%s=%r is neither 0 nor 1' % (knob, value),
+                self.assertIn('%s=%r is not one of %s (' % (knob, value, takes),
                               found[0])
                 # make check-suites runs no lab: the knobs are not its own
                 self.assertEqual([], preflight.problems(lab=False))
-        for value in ('', '0', '1'):
-            with mock.patch.dict(os.environ, {'LAB_TIER3': value,
-                                              'LAB_UPGRADE_DAY': value}):
+        for env in ({'LAB_TIER3': '', 'LAB_UPGRADE_DAY': '', 'LAB_NOVA': ''},
+                    {'LAB_TIER3': '0', 'LAB_UPGRADE_DAY': '0',
+                     'LAB_NOVA': 'nova'},
+                    {'LAB_TIER3': '1', 'LAB_UPGRADE_DAY': '1',
+                     'LAB_NOVA': 'nova34'}):
+            with mock.patch.dict(os.environ, env):
                 self.assertEqual([], preflight.problems(lab=True))
 
     def test_every_problem_on_one_line(self):

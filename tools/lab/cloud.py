@@ -57,7 +57,7 @@ LABCLOUD = VENVS / 'lab-cloud'
 # The Nova line the operator's day runs, a project of bases.ini: nova34
 # (34.0.0 + patches/nova34, the primary line) unless LAB_NOVA=nova (the 33
 # line). The line the cloud runs now is NOVA_LINE (see use_line()).
-DAY_LINE = os.environ.get('LAB_NOVA', 'nova34')
+DAY_LINE = os.environ.get('LAB_NOVA') or 'nova34'
 
 
 def line_venvs(line):
