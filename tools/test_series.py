@@ -286,6 +286,28 @@ class ProjectsTest(unittest.TestCase):
             recipe = makefile.split('\n%s:' % target, 1)[1].split('\n\n')[0]
             self.assertIn('for p in $(PROJECTS)', recipe, target)
 
+    def test_make_verify_verifies_every_series_after_one_that_fails(self):
+        # before: `make verify` materialized all three first, and a series
+        # that did not apply stopped it before any was verified
+        if not shutil.which('make'):
+            self.skipTest('no make')
+        tmp = pathlib.Path(self.enterContext(tempfile.TemporaryDirectory()))
+        calls = tmp / 'calls'
+        fake = tmp / 'series.py'
+        fake.write_text(
+            'import sys\n'
+            'open(%r, "a").write(" ".join(sys.argv[1:]) + "\\n")\n'
+            'sys.exit(1 if sys.argv[1:] == ["materialize", "nova"] else 0)\n'
+            % str(calls))
+        res = subprocess.run(
+            ['make', '-s', '-f', str(series.TOP / 'Makefile'), 'verify',
+             'SERIES=%s %s' % (sys.executable, fake)],
+            cwd=tmp, capture_output=True, text=True)
+        self.assertEqual(2, res.returncode, res.stderr)      # make's "failed"
+        done = calls.read_text().splitlines()
+        self.assertEqual(['verify %s' % p for p in series.PROJECTS],
+                         [c for c in done if c.startswith('verify')])
+
     def test_nova34_selection_is_its_regression_sets_and_changed_modules(self):
         sys.path.insert(0, str(HERE))
         self.addCleanup(sys.path.remove, str(HERE))
