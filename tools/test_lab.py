@@ -153,11 +153,22 @@ class LabInTheTestCommandTest(unittest.TestCase):
         self.assertEqual('%d\n' % expected, got)
 
     def test_a_niceness_that_is_no_integer_is_refused(self):
-        with mock.patch.object(run, 'run') as tiers:
-            rc, out = quietly(run.main, ['run.py', 'tier2', '--nice', 'high'])
-        self.assertEqual(2, rc)
-        self.assertIn("--nice takes a niceness (an integer), not 'high'", out)
-        tiers.assert_not_called()
+        for bad in ('high', '--5', '1.5'):
+            with mock.patch.object(run, 'run') as tiers:
+                rc, out = quietly(run.main, ['run.py', 'tier2', '--nice', bad])
+            self.assertEqual(2, rc)
+            self.assertIn('--nice takes a niceness (an integer), not %r' % bad,
+                          out)
+            tiers.assert_not_called()
+
+    def test_the_niceness_is_taken_before_the_tiers_run(self):
+        order = []
+        with mock.patch.object(run, 'set_niceness', order.append), \
+                mock.patch.object(run, 'run', lambda tiers: (
+                    order.append(tiers), testsel.Tally())[1]):
+            rc, _ = quietly(run.main, ['run.py', 'tier2', '--nice', '-10'])
+        self.assertEqual(0, rc)
+        self.assertEqual([-10, ('tier2',)], order)
 
     def test_its_checks_are_printed_and_counted_after_the_suites(self):
         lab = self.lab({'LAB_TIER3': '1'}, (

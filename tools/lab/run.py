@@ -658,7 +658,7 @@ def set_niceness(nice):
     cloud inherit it): a higher priority needs root, as the lab does; a
     process that may not raise it keeps its own."""
     try:
-        os.setpriority(os.PRIO_PROCESS, 0, int(nice))
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
     except OSError:
         pass
 
@@ -668,7 +668,9 @@ def main(argv):
     counts = option(args, '--counts')
     nice = option(args, '--nice')
     if nice is not None:
-        if not nice.lstrip('-').isdigit():
+        try:
+            nice = int(nice)
+        except ValueError:
             say('--nice takes a niceness (an integer), not %r' % nice)
             return 2
         set_niceness(nice)

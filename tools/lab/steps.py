@@ -280,9 +280,14 @@ class Steps:
         return found[-1].strip()
 
     def qemu_pid(self, name):
+        """The QEMU process of a running server's guest (a check that
+        compares it with a later one has nothing to compare without it)."""
         domain = self.server(self.servers[name])[
             'OS-EXT-SRV-ATTR:instance_name']
-        return probe(self.lab.guest).qemu_pid.get(domain)
+        pid = probe(self.lab.guest).qemu_pid.get(domain)
+        expect(pid is not None, 'no QEMU process runs %s (%s) before the '
+               'action' % (name, domain))
+        return pid
 
     # -- what every check of a server with its device looks at --
     def verify(self, name, status='ACTIVE', running=True):
@@ -493,8 +498,9 @@ class Steps:
         domain, _, host = self.seen
         after = host.qemu_pid.get(domain)
         if restarts:
-            expect(after != before, 'QEMU of %s is still process %s: the '
-                   'guest was not restarted' % (domain, before))
+            expect(after is not None and after != before, 'QEMU of %s is '
+                   '%s, was process %s: the guest was not restarted' % (
+                       domain, after, before))
         else:
             expect(after == before, 'QEMU of %s was process %s, is %s: the '
                    'guest was restarted' % (domain, before, after))
@@ -531,8 +537,9 @@ class Steps:
         expect(soft and not hard, 'nova-compute did not take the soft '
                'path: %s' % (' | '.join(hard) or 'no "Instance shutdown '
                              'successfully." for %s' % sid))
-        expect(after != before, 'QEMU of %s is still process %s: the guest '
-               'was not restarted' % (domain, before))
+        expect(after is not None and after != before, 'QEMU of %s is %s, '
+               'was process %s: the guest was not restarted' % (
+                   domain, after, before))
         again = self.wait_console(name, ARMED)
         self.op('console log show --lines 2 %s' % name, fmt=None)
         return ('console before: "%s"; nova-compute: "%s"; QEMU pid %s -> '
