@@ -240,6 +240,32 @@ class StestrTest(unittest.TestCase):
         self.assertIn(r'scratch unit: the regression set ^pkg\.nothing\. '
                       'selects no test', tally.failures)
 
+    def test_a_suite_that_cannot_be_listed_fails_each_of_its_tests(self):
+        # before: one failure stood for the whole selection
+        (self.project.tree / 'pkg' / 'test_broken.py').write_text(
+            textwrap.dedent('''
+                import unittest
+                import no_such_module
+
+
+                class Base(unittest.TestCase):
+                    def test_a(self):
+                        pass
+
+
+                class Child(Base):
+                    def test_b(self):
+                        pass
+            '''))
+        tally, out = self.run_suite()
+        # OUTCOMES' 9 tests and test_broken's 3 (Child's inherited test_a)
+        self.assertEqual((0, 12, 0, 0), counts(tally), out)
+        self.assertIn('could not be listed (stestr list exit', tally.failures[0])
+        self.assertIn('12 tests of the selection, counted in their source, '
+                      'not run', tally.failures[0])
+        tally, out = self.run_suite(filters=[r'^pkg\.test_broken\.Child\.'])
+        self.assertEqual((0, 2, 0, 0), counts(tally), out)
+
     def test_a_selection_of_no_test_fails(self):
         tally, out = self.run_suite(filters=[r'^pkg\.nothing\.'])
         self.assertEqual((0, 1, 0, 0), counts(tally), out)

@@ -13,6 +13,7 @@ Every count ends in one closing line,
 "N passed, M failed, S skipped, X expected failures".
 """
 
+import ast
 import configparser
 import json
 import os
@@ -310,6 +311,39 @@ def tox_setenv(tree, env):
     return lines('testenv')
 
 
+def source_tests(tree, test_path, filters):
+    """How many tests of a selection the test modules' source holds (the
+    test methods of each class, with those it inherits from classes of
+    its module): what a suite that cannot even be listed does not run."""
+    root = (tree / test_path).resolve()
+    count = 0
+    for path in sorted(root.rglob('test_*.py')):
+        module = '.'.join(path.relative_to(tree.resolve()).with_suffix(
+            '').parts)
+        try:
+            body = ast.parse(path.read_text(errors='replace')).body
+        except (SyntaxError, ValueError):
+            body = []
+        classes = {c.name: c for c in body if isinstance(c, ast.ClassDef)}
+
+        def methods(cls, seen=()):
+            names = {f.name for f in cls.body
+                     if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and f.name.startswith('test')}
+            for base in cls.bases:
+                if isinstance(base, ast.Name) and base.id in classes and \
+                        base.id not in seen:
+                    names |= methods(classes[base.id], seen + (cls.name,))
+            return names
+        for cls in classes.values():
+            for name in methods(cls):
+                test_id = '%s.%s.%s' % (module, cls.name, name)
+                if not filters or any(re.search(f, test_id)
+                                      for f in filters):
+                    count += 1
+    return count
+
+
 def stestr(project, kind, test_path, filters, env, required=()):
     """List, run and count one stestr suite; stream its progress; return
     its Tally. required: regexes of filters that must each select at
@@ -341,10 +375,17 @@ def stestr(project, kind, test_path, filters, env, required=()):
               if re.match(r'^[\w.]+$', line)]
     if listing.returncode or not listed:
         log.write_text(listing.stdout + listing.stderr)
-        tally.fail('%s: %s, see %s' % (
-            label, 'the tests could not be listed (stestr list exit %d)' %
-            listing.returncode if listing.returncode else
-            'no test selected', log))
+        if listing.returncode:
+            # (each test of the selection a failure: the total must not
+            # shrink because a module of it does not even import)
+            unrun = max(1, source_tests(project.tree, test_path, filters))
+            tally.fail('%s: the tests could not be listed (stestr list exit '
+                       '%d): %d tests of the selection, counted in their '
+                       'source, not run; see %s' % (
+                           label, listing.returncode, unrun, log))
+            tally.failed += unrun - 1
+        else:
+            tally.fail('%s: no test selected, see %s' % (label, log))
         print(''.join((listing.stdout + listing.stderr).splitlines(
             True)[-30:]), flush=True)
         return tally
