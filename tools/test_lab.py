@@ -11,12 +11,14 @@ import io
 import json
 import os
 import pathlib
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import types
 import unittest
 from unittest import mock
 
@@ -585,6 +587,84 @@ class ProbeTest(unittest.TestCase):
                           'persistent': 'yes', 'autostart': 'no autostart'},
                          host.nodedevs['mdev_b'])
         self.assertNotIn('active', host.nodedevs['mdev_a'])
+
+
+class StepsAssertTest(unittest.TestCase):
+    """Tier 3's checks fail on what their names deny: each fed, offline,
+    what the cloud showed when an older check passed anyway."""
+
+    def steps(self):
+        s = object.__new__(steps.Steps)
+        s.lab = types.SimpleNamespace(guest=None)
+        s.servers, s.images, s.operator_mdevs = {'vm1': 'sid1'}, {}, set()
+        s.op = mock.Mock(return_value={})
+        s.op.note = lambda text: None
+        s.api = mock.Mock()
+        s.api.get.return_value = {'servers': []}
+        host = types.SimpleNamespace(mdevs=[], defined=[],
+                                     qemu_pid={'instance-1': 200})
+        for name, value in (('probe', lambda guest: host),
+                            ('log_mark', lambda name: 0)):
+            patcher = mock.patch.object(steps, name, value)
+            patcher.start()
+            self.addCleanup(patcher.stop)
+        s.arqs = lambda sid=None: []
+        s.wait_server = lambda sid, status, timeout=600: None
+        s.seen = ('instance-1', None, host)
+        return s
+
+    def test_a_provider_gone_from_placement_fails(self):
+        # (before, no_leaks() skipped a provider that disappeared)
+        s = self.steps()
+        s.providers = lambda: {}
+        with self.assertRaisesRegex(steps.Failed, 'lab_mdev_mtty_mtty-2 is '
+                                    'gone from Placement'):
+            s.no_leaks()
+
+    def test_a_500_with_another_message_is_no_refusal(self):
+        # (before, any failed boot passed, a 500 of any kind included)
+        s = self.steps()
+        s.providers = lambda: {}
+        s.no_leaks = lambda: None
+        s.op = mock.Mock(side_effect=lambda cmd, **kw: {
+            'id': 'sid2', 'fault': {'code': 500, 'message': 'Unexpected '
+                                    'API Error.'}})
+        s.op.note = lambda text: None
+        with mock.patch.object(steps.cloud, 'wait_for', lambda *a, **k: None):
+            with self.assertRaisesRegex(steps.Failed, "not code 500 with a "
+                                        "message matching 'No valid host"):
+                s.failed_boot('dp', 'flavor', 'vm-bad', re.compile(
+                    r'No valid host was found\. .*'))
+            s.op = mock.Mock(side_effect=lambda cmd, **kw: {
+                'id': 'sid2', 'fault': {'code': 500, 'message': 'No valid '
+                                        'host was found. There are not '
+                                        'enough hosts available.'}})
+            s.op.note = lambda text: None
+            self.assertIn('vm-bad ERROR, fault 500 "No valid host', s.failed_boot(
+                'dp', 'flavor', 'vm-bad', re.compile(
+                    r'No valid host was found\. .*')))
+
+    def test_a_soft_reboot_that_fell_back_to_a_hard_one_fails(self):
+        # (before, wait_soft_reboot_seconds = 1 made every soft reboot a
+        # hard one, and the check passed)
+        s = self.steps()
+        s.wait_console = lambda name, text: text
+        s.qemu_pid = lambda name: 100
+        s.verify = lambda name: 'verified'
+        logs = {'fallback': ['... %s' % steps.HARD_FALLBACK + ' sid1'],
+                'soft': ['[instance: sid1] Instance shutdown successfully.']}
+        with mock.patch.object(steps, 'log_since',
+                               lambda name, mark: logs['fallback']):
+            with self.assertRaisesRegex(steps.Failed, 'did not take the '
+                                        'soft path'):
+                s.soft_reboot('vm1')
+        with mock.patch.object(steps, 'log_since',
+                               lambda name, mark: logs['soft']):
+            self.assertIn('QEMU pid 100 -> 200', s.soft_reboot('vm1'))
+            # the same QEMU process after it: no reboot happened
+            s.seen[2].qemu_pid['instance-1'] = 100
+            with self.assertRaisesRegex(steps.Failed, 'was not restarted'):
+                s.soft_reboot('vm1')
 
 
 @unittest.skipUnless(shutil.which('qemu-system-x86_64'),
