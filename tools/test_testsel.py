@@ -248,22 +248,36 @@ class StestrTest(unittest.TestCase):
                 import no_such_module
 
 
+                class _Mixin(object):
+                    def test_m(self):
+                        pass
+
+
                 class Base(unittest.TestCase):
                     def test_a(self):
                         pass
 
 
-                class Child(Base):
+                class Child(_Mixin, Base):
                     def test_b(self):
                         pass
             '''))
         tally, out = self.run_suite()
-        # OUTCOMES' 9 tests and test_broken's 3 (Child's inherited test_a)
-        self.assertEqual((0, 12, 0, 0), counts(tally), out)
+        # OUTCOMES' 9 tests and test_broken's 4 (Base.test_a; Child's
+        # test_a, test_b and test_m), not the mixin's own test_m
+        self.assertEqual((0, 13, 0, 0), counts(tally), out)
         self.assertIn('could not be listed (stestr list exit', tally.failures[0])
-        self.assertIn('12 tests of the selection, counted in their source, '
-                      'not run', tally.failures[0])
+        self.assertIn('about 13 tests of the selection, counted in their '
+                      'source, not run', tally.failures[0])
         tally, out = self.run_suite(filters=[r'^pkg\.test_broken\.Child\.'])
+        self.assertEqual((0, 3, 0, 0), counts(tally), out)
+
+    def test_a_module_that_does_not_parse_counts_its_tests(self):
+        (self.project.tree / 'pkg' / 'test_syntax.py').write_text(
+            'import unittest\n\n\nclass T(unittest.TestCase):\n'
+            '    def test_a(self):\n        pass\n\n'
+            '    def test_b(self) -> :\n        pass\n')
+        tally, out = self.run_suite(filters=[r'^pkg\.test_syntax\.'])
         self.assertEqual((0, 2, 0, 0), counts(tally), out)
 
     def test_a_selection_of_no_test_fails(self):
