@@ -238,6 +238,11 @@ def knob_problems():
                          'or unset it' % (
                              knob, value, ', '.join(meanings), '; '.join(
                                  '%s: %s' % kv for kv in meanings.items())))
+    if os.environ.get('LAB_UPGRADE_DAY') == '1' and \
+            os.environ.get('LAB_NOVA') == 'nova':
+        found.append('LAB_UPGRADE_DAY=1 with LAB_NOVA=nova: the upgrade day '
+                     'takes the 33 line to the primary line, and runs only '
+                     'when the operator\'s day is on it: unset one of them')
     return found
 
 

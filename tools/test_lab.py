@@ -67,7 +67,7 @@ def reload_days(env):
     cloud.py its line)."""
     with mock.patch.dict(os.environ, env), \
             mock.patch.object(cloud, 'DAY_LINE',
-                              env.get('LAB_NOVA', 'nova34')):
+                              env.get('LAB_NOVA') or 'nova34'):
         for knob in DAY_KNOBS:
             if knob not in env:
                 os.environ.pop(knob, None)
@@ -155,12 +155,23 @@ class LabInTheTestCommandTest(unittest.TestCase):
         self.assertEqual('%d\n' % expected, got)
 
     def test_a_niceness_that_is_no_integer_is_refused(self):
-        for bad in ('high', '--5', '1.5'):
+        for bad in ('high', '--5', '1.5', '1_0', ' 5', '99999999999', '20'):
             with mock.patch.object(run, 'run') as tiers:
                 rc, out = quietly(run.main, ['run.py', 'tier2', '--nice', bad])
             self.assertEqual(2, rc)
-            self.assertIn('--nice takes a niceness (an integer), not %r' % bad,
-                          out)
+            self.assertIn('--nice takes a niceness, an integer from -20 to '
+                          '19, not %r' % bad, out)
+            tiers.assert_not_called()
+
+    def test_a_knob_it_does_not_take_stops_run_py_too(self):
+        # (tier 3 run alone, without the preflight of make check)
+        for env in ({'LAB_NOVA': '33'},
+                    {'LAB_NOVA': 'nova', 'LAB_UPGRADE_DAY': '1'}):
+            with mock.patch.dict(os.environ, env), \
+                    mock.patch.object(run, 'run') as tiers:
+                rc, out = quietly(run.main, ['run.py', 'tier3'])
+            self.assertEqual(2, rc, env)
+            self.assertIn('run.py: LAB_', out)
             tiers.assert_not_called()
 
     def test_the_niceness_is_taken_before_the_tiers_run(self):
@@ -600,7 +611,9 @@ class StepsAssertTest(unittest.TestCase):
         s.op = mock.Mock(return_value={})
         s.op.note = lambda text: None
         s.api = mock.Mock()
-        s.api.get.return_value = {'servers': []}
+        s.api.get.return_value = {
+            'servers': [],
+            'server': {'OS-EXT-SRV-ATTR:instance_name': 'instance-1'}}
         host = types.SimpleNamespace(mdevs=[], defined=[],
                                      qemu_pid={'instance-1': 200})
         for name, value in (('probe', lambda guest: host),
@@ -643,6 +656,21 @@ class StepsAssertTest(unittest.TestCase):
             self.assertIn('vm-bad ERROR, fault 500 "No valid host', s.failed_boot(
                 'dp', 'flavor', 'vm-bad', re.compile(
                     r'No valid host was found\. .*')))
+
+    def test_a_reboot_needs_a_qemu_process_before_and_after(self):
+        # (a server without one could pass "a new QEMU process")
+        s = self.steps()
+        host = s.seen[2]
+        host.qemu_pid.clear()
+        with self.assertRaisesRegex(steps.Failed, 'no QEMU process runs vm1 '
+                                    r'\(instance-1\) before the action'):
+            s.qemu_pid('vm1')
+        host.qemu_pid['instance-1'] = 100
+        self.assertEqual(100, s.qemu_pid('vm1'))
+        s.verify = lambda name, *a, **k: host.qemu_pid.clear() or 'verified'
+        with self.assertRaisesRegex(steps.Failed, 'QEMU of instance-1 is '
+                                    'None, was process 100'):
+            s.lifecycle('vm1', 'server reboot --hard vm1')
 
     def test_a_soft_reboot_that_fell_back_to_a_hard_one_fails(self):
         # (before, wait_soft_reboot_seconds = 1 made every soft reboot a

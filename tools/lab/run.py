@@ -187,6 +187,13 @@ def testsel():
     return testsel
 
 
+def knob_problems():
+    """The lab's knobs set to values they do not take (preflight.KNOBS)."""
+    sys.path.insert(0, str(HERE.parent))
+    import preflight
+    return preflight.knob_problems()
+
+
 def tier1(tally):
     say('== lab tier1: Nova\'s Cyborg mdev XML against libvirt\'s schemas')
     names, _, unread = plans_of('tier1')
@@ -668,12 +675,16 @@ def main(argv):
     counts = option(args, '--counts')
     nice = option(args, '--nice')
     if nice is not None:
-        try:
-            nice = int(nice)
-        except ValueError:
-            say('--nice takes a niceness (an integer), not %r' % nice)
+        if not re.fullmatch(r'-?[0-9]+', nice) or \
+                not -20 <= int(nice) <= 19:
+            say('--nice takes a niceness, an integer from -20 to 19, not %r'
+                % nice)
             return 2
-        set_niceness(nice)
+        set_niceness(int(nice))
+    found = knob_problems()
+    if found:
+        say('run.py: %s' % '; '.join(found))
+        return 2
     if args == ['constraints']:
         make_lab_cloud_constraints()
         return 0
