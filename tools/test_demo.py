@@ -27,6 +27,9 @@ class TestDemo(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
+        if LINE not in LINES:
+            raise AssertionError('DEMO_NOVA=%r: the demo runs nova34 (the '
+                                 'default) or nova' % LINE)
         missing = [p for p in NEEDED if not (TOP / p).exists()]
         if missing:
             raise unittest.SkipTest(
