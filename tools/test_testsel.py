@@ -286,6 +286,27 @@ class StestrTest(unittest.TestCase):
         self.assertIn('no test selected', tally.failures[0])
 
 
+class UnrunSuitesTest(unittest.TestCase):
+
+    def test_a_series_that_could_not_be_made_fails_each_of_its_tests(self):
+        # before: two failures stood for its suites, whatever their size
+        project = Scratch(self)
+        project.dist, project.unit_tests = 'openstack-cyborg', 'pkg'
+        tally = testsel.unrun_tests(project, 'no venv')
+        # OUTCOMES' 9 unit tests; no functional tests in the tree: one
+        self.assertEqual((0, 10, 0, 0), counts(tally))
+        self.assertEqual(['scratch unit: not run: no venv (about 9 tests, '
+                          'each a failure)',
+                          'scratch functional: not run: no venv'],
+                         tally.failures)
+
+    def test_without_a_tree_each_suite_is_one_failure(self):
+        project = types.SimpleNamespace(
+            name='nova34', dist='nova', tree=pathlib.Path('/nonexistent'))
+        tally = testsel.unrun_tests(project, 'no sdist')
+        self.assertEqual((0, 2, 0, 0), counts(tally))
+
+
 class UnittestCountTest(unittest.TestCase):
     """The tooling's own tests are counted the same way."""
 

@@ -466,26 +466,44 @@ def stestr(project, kind, test_path, filters, env, required=()):
     return tally
 
 
-def run_tests(project):
-    """The project's suites."""
-    tally = Tally()
+def suites(project):
+    """The project's suites: (kind, test path, filters, tox env, the
+    regression sets each must select)."""
     if project.dist == 'nova':
         sel = nova_selection(project)
         regression = REGRESSION[project.name]
-        tally.add(stestr(project, 'unit', './nova/tests/unit',
-                         sel['unit'], tox_setenv(project.tree, 'unit'),
-                         required=regression['unit']))
-        tally.add(stestr(project, 'functional', './nova/tests/functional',
-                         sel['functional'],
-                         tox_setenv(project.tree, 'functional'),
-                         required=regression['functional']))
-    else:
-        env = tox_setenv(project.tree, 'py3')
-        tally.add(stestr(project, 'unit', './' + project.unit_tests, [],
-                         env))
-        # Cyborg's functional tests (API samples, ...) are few and fast.
-        tally.add(stestr(project, 'functional', './cyborg/tests/functional',
-                         [], env))
+        return [(kind, './nova/tests/' + kind, sel[kind], kind,
+                 regression[kind]) for kind in ('unit', 'functional')]
+    # (Cyborg's functional tests, API samples and the like, are few and
+    # fast: all of them)
+    return [('unit', './' + project.unit_tests, [], 'py3', ()),
+            ('functional', './cyborg/tests/functional', [], 'py3', ())]
+
+
+def run_tests(project):
+    """The project's suites."""
+    tally = Tally()
+    for kind, path, filters, env, required in suites(project):
+        tally.add(stestr(project, kind, path, filters,
+                         tox_setenv(project.tree, env), required=required))
+    return tally
+
+
+def unrun_tests(project, why):
+    """The suites of a project whose tree or venv could not be made: each
+    a failure per test of its selection, as estimated from the source the
+    tree holds (source_tests()), or one failure without a tree."""
+    tally = Tally()
+    try:
+        found = [(kind, source_tests(project.tree, path, filters))
+                 for kind, path, filters, _, _ in suites(project)]
+    except Exception:       # (no tree, no base: nothing to count)
+        found = [('unit', 0), ('functional', 0)]
+    for kind, n in found:
+        tally.fail('%s %s: not run: %s%s' % (
+            project.name, kind, why, ' (about %d tests, each a failure)' % n
+            if n > 1 else ''))
+        tally.failed += max(n, 1) - 1
     return tally
 
 
@@ -773,10 +791,9 @@ def check(projects, error, lab=True):
             if ready[project.name]:
                 tally.add(run_tests(project))
             else:
-                for kind in ('unit', 'functional'):
-                    tally.fail('%s %s: not run: build/%s or its venv could '
-                               'not be made (see above)' % (
-                                   project.name, kind, project.name))
+                tally.add(unrun_tests(project, 'build/%s or its venv could '
+                                      'not be made (see above)' %
+                                      project.name))
         if lab:
             tally.add(lab.finish())
     except KeyboardInterrupt:
