@@ -673,9 +673,9 @@ class StepsAssertTest(unittest.TestCase):
                                         'host was found. There are not '
                                         'enough hosts available.'}})
             s.op.note = lambda text: None
-            self.assertIn('vm-bad ERROR, fault 500 "No valid host', s.failed_boot(
-                'dp', 'flavor', 'vm-bad', re.compile(
-                    r'No valid host was found\. .*')))
+            got = s.failed_boot('dp', 'flavor', 'vm-bad', re.compile(
+                r'No valid host was found\. .*'))
+            self.assertIn('vm-bad ERROR, fault 500 "No valid host', got)
 
     def test_a_reboot_needs_a_qemu_process_before_and_after(self):
         # (a server without one could pass "a new QEMU process")

@@ -194,14 +194,15 @@ class PreflightTest(unittest.TestCase):
         # upgrade day out, both without a word; LAB_NOVA=33 failed every
         # check of tier 3 "no 33 venv"
         for knob, value, takes in (
-                ('LAB_TIER3', 'no', '0, 1'), ('LAB_UPGRADE_DAY', 'yes', '0, 1'),
+                ('LAB_TIER3', 'no', '0, 1'),
+                ('LAB_UPGRADE_DAY', 'yes', '0, 1'),
                 ('LAB_UPGRADE_DAY', ' 1', '0, 1'),
                 ('LAB_NOVA', '33', 'nova34, nova')):
             with mock.patch.dict(os.environ, {knob: value}):
                 found = preflight.problems(lab=True)
                 self.assertEqual(1, len(found), found)
-                self.assertIn('%s=%r is not one of %s (' % (knob, value, takes),
-                              found[0])
+                self.assertIn('%s=%r is not one of %s (' % (
+                    knob, value, takes), found[0])
                 # make check-suites runs no lab: the knobs are not its own
                 self.assertEqual([], preflight.problems(lab=False))
         with mock.patch.dict(os.environ, {'LAB_UPGRADE_DAY': '1',

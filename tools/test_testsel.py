@@ -266,7 +266,8 @@ class StestrTest(unittest.TestCase):
         # OUTCOMES' 9 tests and test_broken's 4 (Base.test_a; Child's
         # test_a, test_b and test_m), not the mixin's own test_m
         self.assertEqual((0, 13, 0, 0), counts(tally), out)
-        self.assertIn('could not be listed (stestr list exit', tally.failures[0])
+        self.assertIn('could not be listed (stestr list exit',
+                      tally.failures[0])
         self.assertIn('about 13 tests of the selection, counted in their '
                       'source, not run', tally.failures[0])
         tally, out = self.run_suite(filters=[r'^pkg\.test_broken\.Child\.'])

@@ -527,7 +527,6 @@ def tier3(tally):
         say('== lab tier3: a cloud on a real mdev: %s' % unread)
         plan.count(tally, unread)
         return
-    import cloud
     import days
     import tier3 as tier3_script
     say('== lab tier3: both series as a cloud on a real mdev in a TCG guest: '
