@@ -610,6 +610,7 @@ class WarmBytecodeTest(unittest.TestCase):
         (tmp / 'lab_pkg' / '__init__.py').write_text('')
         (tmp / 'lab_pkg' / 'mod.py').write_text('X = 1\n')
         code = 'import os' + tier3.COMPILE % (['no_such_package',
+                                               'no_such_parent.child',
                                                'lab_pkg'],)
         p = subprocess.run([sys.executable, '-c', code], cwd=tmp,
                            capture_output=True, text=True,

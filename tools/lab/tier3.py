@@ -92,7 +92,10 @@ GUEST_PACKAGES = {
 }
 COMPILE = ('; import compileall, importlib, importlib.util, os\n'
            'for name in %r:\n'
-           '    if importlib.util.find_spec(name) is None:\n'
+           '    try:\n'
+           '        if importlib.util.find_spec(name) is None:\n'
+           '            continue\n'
+           '    except ImportError:     # (its parent package is missing)\n'
            '        continue\n'
            '    compileall.compile_dir(os.path.dirname(\n'
            '        importlib.import_module(name).__file__), quiet=1)\n')
