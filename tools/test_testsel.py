@@ -155,6 +155,10 @@ class TouchedTestsTest(unittest.TestCase):
     def test_an_import_alone_selects_no_test(self):
         self.assertEqual([], testsel.touched_tests(MODULE, {1}))
 
+    def test_a_module_that_does_not_parse_selects_the_module(self):
+        # (before: a SyntaxError that ended the test command, no total)
+        self.assertIsNone(testsel.touched_tests('class T(:\n', {1}))
+
     def test_a_changed_module_level_function_selects_the_module(self):
         self.assertIsNone(testsel.touched_tests(MODULE, {5}))
 
@@ -285,6 +289,38 @@ class StestrTest(unittest.TestCase):
         tally, out = self.run_suite(filters=[r'^pkg\.nothing\.'])
         self.assertEqual((0, 1, 0, 0), counts(tally), out)
         self.assertIn('no test selected', tally.failures[0])
+
+
+class SourceTestsTest(unittest.TestCase):
+
+    def count(self, text, filters=()):
+        tree = pathlib.Path(self.enterContext(tempfile.TemporaryDirectory()))
+        (tree / 'pkg').mkdir()
+        (tree / 'pkg' / 'test_m.py').write_text(textwrap.dedent(text))
+        return testsel.source_tests(tree, './pkg', list(filters))
+
+    def test_a_class_named_as_the_test_case_it_extends_counts(self):
+        self.assertEqual(1, self.count('''
+            from unittest import TestCase
+
+
+            class TestCase(TestCase):
+                def test_a(self):
+                    pass
+        '''))
+
+    def test_a_module_that_does_not_parse_counts_its_methods_only(self):
+        # (not its module-level functions, nor through the blank line
+        # before one)
+        self.assertEqual(1, self.count('''
+            class T(unittest.TestCase):
+                def test_a(self):
+                    pass
+
+            def test_helper():
+                pass
+            x = (
+        '''))
 
 
 class UnrunSuitesTest(unittest.TestCase):

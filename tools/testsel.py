@@ -170,10 +170,13 @@ def touched_tests(source, lines):
     module (they run it under their own names); a change to a class's
     other code (setUp, helpers, attributes) runs the whole class and its
     subclasses. None when a change lies outside every class and is not an
-    import: the whole module is then selected.
+    import, or when the module does not parse (its suite then fails to
+    list, each of its tests counted): the whole module is then selected.
     """
-    import ast
-    tree = ast.parse(source)
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
     classes, outside = {}, False
     for node in tree.body:
         span = set(range(node.lineno, node.end_lineno + 1))
@@ -311,7 +314,7 @@ def tox_setenv(tree, env):
     return lines('testenv')
 
 
-TEST_DEF = re.compile(r'^\s+(?:async\s+)?def (test\w*)', re.M)
+TEST_DEF = re.compile(r'^[ \t]+(?:async[ \t]+)?def (test\w*)', re.M)
 
 
 def source_tests(tree, test_path, filters):
@@ -319,9 +322,10 @@ def source_tests(tree, test_path, filters):
     source holds: the test methods of each test class (one whose bases
     reach, within its module, a class of another module: a mixin of
     object alone runs nothing), with those it inherits in its module; of
-    a module that does not parse, its test methods. What a suite that
-    cannot even be listed does not run. (Tests made by scenarios, or
-    inherited from other modules, are not seen.)"""
+    a module that does not parse, its test methods, if a filter selects
+    the module (filters of its classes alone select none of them). What a
+    suite that cannot even be listed does not run. (Tests made by
+    scenarios, or inherited from other modules, are not seen.)"""
     root = (tree / test_path).resolve()
     count = 0
     for path in sorted(root.rglob('test_*.py')):
@@ -340,7 +344,9 @@ def source_tests(tree, test_path, filters):
 
         def runs(cls, seen=()):
             for base in cls.bases:
-                if isinstance(base, ast.Name) and base.id in classes:
+                # (class TestCase(TestCase): its base is an import)
+                if isinstance(base, ast.Name) and base.id in classes and \
+                        base.id != cls.name:
                     if base.id not in seen and runs(classes[base.id],
                                                     seen + (cls.name,)):
                         return True
@@ -355,7 +361,7 @@ def source_tests(tree, test_path, filters):
                      and f.name.startswith('test')}
             for base in cls.bases:
                 if isinstance(base, ast.Name) and base.id in classes and \
-                        base.id not in seen:
+                        base.id not in seen and base.id != cls.name:
                     names |= methods(classes[base.id], seen + (cls.name,))
             return names
         for cls in classes.values():
