@@ -424,7 +424,7 @@ class CheckTest(unittest.TestCase):
             pass
 
         class Broken:
-            name = 'nova'
+            name, dist = 'nova', 'nova'
             # (the sdist could not be fetched: no tree)
             tree = pathlib.Path('/nonexistent/build/nova')
 
