@@ -337,6 +337,29 @@ class UnrunSuitesTest(unittest.TestCase):
                           'scratch functional: not run: no venv'],
                          tally.failures)
 
+    def test_a_tree_git_cannot_diff_counts_its_regression_sets(self):
+        # (no base to diff: the tests of the regression sets it holds)
+        tree = pathlib.Path(self.enterContext(tempfile.TemporaryDirectory()))
+        objects = tree / 'nova' / 'tests' / 'unit' / 'objects'
+        objects.mkdir(parents=True)
+        (objects / 'test_service.py').write_text(textwrap.dedent('''
+            from nova import test
+
+
+            class TestService(test.TestCase):
+                def test_a(self):
+                    pass
+
+                def test_b(self):
+                    pass
+        '''))
+        project = types.SimpleNamespace(name='nova', dist='nova', tree=tree)
+        tally = testsel.unrun_tests(project, 'no base')
+        # test_service's 2 unit tests (a regression set); no functional one
+        self.assertEqual((0, 3, 0, 0), counts(tally))
+        self.assertIn('nova unit: not run: no base (about 2 tests, each a '
+                      'failure)', tally.failures)
+
     def test_without_a_tree_each_suite_is_one_failure(self):
         project = types.SimpleNamespace(
             name='nova34', dist='nova', tree=pathlib.Path('/nonexistent'))
