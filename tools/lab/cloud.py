@@ -35,6 +35,8 @@ import time
 import urllib.error
 import urllib.request
 
+import plans
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 BUILD = ROOT / 'build'
@@ -931,10 +933,10 @@ class ComputeGuest:
             '-smp', '1', '-nographic', '-no-reboot',
             '-kernel', GUEST_BUILD / 'vmlinuz',
             '-initrd', GUEST_BUILD / 'initrd.gz',
-            '-append', 'console=ttyS0 panic=-1 quiet loglevel=3 '
-            'lab.stage2=%s lab.state=/dev/vda lab.compute_venv=%s '
-            'lab.cyborg_venv=%s' % (HERE / 'cloud-guest.sh', COMPUTE_VENV,
-                                    CYBORG_VENV),
+            '-append', '%s lab.stage2=%s lab.state=/dev/vda '
+            'lab.compute_venv=%s lab.cyborg_venv=%s' % (
+                plans.GUEST_KERNEL_ARGS, HERE / 'cloud-guest.sh',
+                COMPUTE_VENV, CYBORG_VENV),
             '-virtfs', 'local,path=/,mount_tag=hostroot,security_model=none,'
             'readonly=on,multidevs=remap',
             '-virtfs', 'local,path=%s,mount_tag=out,security_model=none' %

@@ -346,6 +346,21 @@ RAN = 'tier2: %s ran to its end'
 FINISHED = 'tier2: the guest finished before its watchdog'
 
 
+def guest_command(guest, out):
+    """QEMU running tier 2's guest: one vCPU, as the compute guest of tier
+    3 (see cloud.py)."""
+    return ['qemu-system-x86_64', '-accel', 'tcg', '-m', '3072',
+            '-smp', '1', '-nographic', '-no-reboot',
+            '-kernel', str(guest / 'vmlinuz'),
+            '-initrd', str(guest / 'initrd.gz'),
+            '-append', '%s lab.stage2=%s lab.watchdog=%d' % (
+                plans.GUEST_KERNEL_ARGS, HERE / 'guest-stage2.sh', WATCHDOG),
+            '-virtfs', 'local,path=/,mount_tag=hostroot,'
+            'security_model=none,readonly=on,multidevs=remap',
+            '-virtfs', 'local,path=%s,mount_tag=out,security_model=none' %
+            out]
+
+
 def tier2(tally):
     say('== lab tier2: Cyborg and Nova on a real kernel mdev (mtty) with '
         'real libvirt, in a TCG guest')
@@ -386,19 +401,7 @@ def tier2(tally):
     out = LAB / 'out'
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    guest = LAB / 'guest'
-    # (one vCPU, as the compute guest of tier 3: see cloud.py)
-    cmd = ['qemu-system-x86_64', '-accel', 'tcg', '-m', '3072',
-           '-smp', '1', '-nographic', '-no-reboot',
-           '-kernel', str(guest / 'vmlinuz'),
-           '-initrd', str(guest / 'initrd.gz'),
-           '-append', 'console=ttyS0 panic=-1 quiet loglevel=3 '
-           'lab.stage2=%s lab.watchdog=%d' % (HERE / 'guest-stage2.sh',
-                                              WATCHDOG),
-           '-virtfs', 'local,path=/,mount_tag=hostroot,security_model=none,'
-           'readonly=on,multidevs=remap',
-           '-virtfs', 'local,path=%s,mount_tag=out,security_model=none' %
-           out]
+    cmd = guest_command(LAB / 'guest', out)
     t = time.time()
     with open(LAB / 'console.log', 'w') as console:
         try:
