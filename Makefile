@@ -6,9 +6,9 @@ PROJECTS := nova cyborg nova34
 .PHONY: check check-suites preflight demo materialize export verify venv
 
 # The test command (what .ci/run runs): the preflight, the three series
-# materialized, the lab's tier 1, then verify and the suites while the
-# lab's tiers 2 and 3 run (root, Debian 12 on amd64), the lab's checks,
-# last the tooling's tests. Its last line is the total:
+# materialized, verify and the suites while the lab's tiers 1, 2 and 3
+# run (root, Debian 12 on amd64), the lab's checks, last the tooling's
+# tests. Its last line is the total:
 # "N passed, M failed, S skipped, X expected failures".
 check:
 	$(SERIES) check

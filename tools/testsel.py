@@ -642,28 +642,28 @@ LAB_NICE = -10
 
 
 class Lab:
-    """tools/lab's tiers in the test command. Tier 1 (about a minute; it
-    installs libvirt) runs first. Tiers 2 and 3 wait on TCG guests, which
-    leave about 40% of the 2 cores idle: they run in a subprocess beside
-    verify and the suites, their output kept in build/logs/lab.log and
-    printed, and counted, after the suites. The guests have one vCPU (with
-    two, beside the suites, they took twice their time or more) and the
-    lab runs at a higher priority (LAB_NICE), so that the suites, with a
-    worker per core, take the time the lab leaves: with one worker while
-    the lab ran, a suite that started then kept one core idle once it had
-    ended. Tier 3 (a real cloud) runs the operator's day on the primary
-    line, 15 minutes beside the suites; its upgrade day (the 33 line
-    upgraded in place, 7 more minutes) runs only with
-    LAB_UPGRADE_DAY=1 (the command with it took 48 minutes on a fresh
-    clone, over the 45 it may take), and LAB_TIER3=0 leaves tier 3 out.
-    The checks of what is left out count as skipped. See doc/lab.md and
-    doc/test-command.md."""
+    """tools/lab's tiers in the test command, in a subprocess beside verify
+    and the suites, their output kept in build/logs/lab.log and printed,
+    and counted, after the suites. Tier 1 (about a minute of one core:
+    Nova's functional tests recording their XML) runs there first, then
+    tiers 2 and 3, which wait on TCG guests and leave about 40% of the 2
+    cores idle. The guests have one vCPU (with two, beside the suites,
+    they took twice their time or more) and the lab runs at a higher
+    priority (LAB_NICE), so that the suites, with a worker per core, take
+    the time the lab leaves: with one worker while the lab ran, a suite
+    that started then kept one core idle once it had ended. Tier 3 (a real
+    cloud) runs the operator's day on the primary line, 15 minutes beside
+    the suites; its upgrade day (the 33 line upgraded in place, 7 more
+    minutes) runs only with LAB_UPGRADE_DAY=1 (the command with it took 48
+    minutes on a fresh clone, over the 45 it may take), and LAB_TIER3=0
+    leaves tier 3 out. The checks of what is left out count as skipped.
+    See doc/lab.md and doc/test-command.md."""
 
     def __init__(self, logs):
         import preflight
         self.lab_run = load_lab_run()
         self.tier3 = preflight.tier3_on()
-        self.tiers = ('tier2', 'tier3') if self.tier3 else ('tier2',)
+        self.tiers = ('tier1', 'tier2') + (('tier3',) if self.tier3 else ())
         self.log = logs / 'lab.log'
         self.counts = logs / 'lab-counts.json'
         self.command = [sys.executable, str(TOOLS / 'lab' / 'run.py')] + \
@@ -672,8 +672,7 @@ class Lab:
         self.proc = None
 
     def start(self):
-        """Run tier 1; start tiers 2 and 3. Returns tier 1's Tally."""
-        tally = self.lab_run.run(('tier1',))
+        """Start the lab's tiers."""
         self.log.parent.mkdir(parents=True, exist_ok=True)
         if self.counts.exists():
             self.counts.unlink()
@@ -684,7 +683,6 @@ class Lab:
             self.proc = subprocess.Popen(
                 self.command, stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL)
-        return tally
 
     def finish(self, timeout=None):
         """Wait for tiers 2 and 3; print their output; their Tally (every
@@ -793,7 +791,7 @@ def check(projects, error, lab=True):
     lab = Lab(TOOLS.parent / 'build' / 'logs') if lab else None
     try:
         if lab:
-            tally.add(lab.start())
+            lab.start()
         for project, results in zip(projects, verify_all(projects, error)):
             tally.add(report_verify(project, results))
         for project in projects:
