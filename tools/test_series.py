@@ -306,7 +306,10 @@ class ProjectsTest(unittest.TestCase):
             ['make', '-s', '-f', str(series.TOP / 'Makefile'), 'verify',
              'SERIES=%s %s' % (sys.executable, fake)],
             cwd=tmp, capture_output=True, text=True, env=env)
-        self.assertNotEqual(0, res.returncode, res.stderr)
+        # (make's own exit status for a recipe that failed: the recipe's
+        # `exit 1`, not a make that could not run it)
+        self.assertEqual(2, res.returncode, res.stderr)
+        self.assertRegex(res.stderr, r'\[.*Makefile:\d+: verify\] Error 1')
         self.assertEqual(['%s %s' % (step, p) for p in series.PROJECTS
                           for step in ('materialize', 'venv', 'verify')],
                          calls.read_text().splitlines())
