@@ -472,11 +472,12 @@ def stestr(project, kind, test_path, filters, env, required=()):
     return tally
 
 
-def suites(project):
+def suites(project, selection=None):
     """The project's suites: (kind, test path, filters, tox env, the
-    regression sets each must select)."""
+    regression sets each must select). selection: a Nova series' filters
+    by kind, in place of nova_selection()'s."""
     if project.dist == 'nova':
-        sel = nova_selection(project)
+        sel = nova_selection(project) if selection is None else selection
         regression = REGRESSION[project.name]
         return [(kind, './nova/tests/' + kind, sel[kind], kind,
                  regression[kind]) for kind in ('unit', 'functional')]
@@ -504,8 +505,7 @@ def unrun_tests(project, why):
         plan = suites(project)
     except (OSError, subprocess.CalledProcessError, RuntimeError):
         # (no tree or no base to diff: the regression sets alone)
-        plan = [(kind, './nova/tests/' + kind, filters, kind, filters)
-                for kind, filters in REGRESSION[project.name].items()]
+        plan = suites(project, selection=REGRESSION[project.name])
     found = [(kind, source_tests(project.tree, path, filters))
              for kind, path, filters, _, _ in plan]
     for kind, n in found:
