@@ -35,7 +35,7 @@ import time
 import urllib.error
 import urllib.request
 
-import plans
+import guests
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -924,21 +924,10 @@ class ComputeGuest:
             'guestfwd=tcp:%s:%d-cmd:socat - TCP:127.0.0.1:%d' % (
                 CONTROLLER_IN_GUEST, port, port)
             for port in sorted(PORTS.values()))
-        return [
-            # (one vCPU: the test command runs the suites beside the lab;
-            # a guest of two vCPUs sharing a core with them runs at half
-            # speed or less, its vCPUs waiting on each other while one is
-            # not scheduled)
-            'qemu-system-x86_64', '-accel', 'tcg', '-m', str(self.memory),
-            '-smp', '1', '-nographic', '-no-reboot',
-            '-kernel', GUEST_BUILD / 'vmlinuz',
-            '-initrd', GUEST_BUILD / 'initrd.gz',
-            '-append', '%s lab.stage2=%s lab.state=/dev/vda '
-            'lab.compute_venv=%s lab.cyborg_venv=%s' % (
-                plans.GUEST_KERNEL_ARGS, HERE / 'cloud-guest.sh',
-                COMPUTE_VENV, CYBORG_VENV),
-            '-virtfs', 'local,path=/,mount_tag=hostroot,security_model=none,'
-            'readonly=on,multidevs=remap',
+        return guests.qemu_command(
+            GUEST_BUILD, self.memory, HERE / 'cloud-guest.sh',
+            state='/dev/vda', compute_venv=COMPUTE_VENV,
+            cyborg_venv=CYBORG_VENV) + [
             '-virtfs', 'local,path=%s,mount_tag=out,security_model=none' %
             GUEST_OUT,
             '-virtfs', 'local,path=%s,mount_tag=pycache,security_model=none'

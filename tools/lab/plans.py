@@ -7,13 +7,6 @@ stopped early) is a FAIL that says why it did not run. The scripts
 labcheck.Checks. Standard library only: run.py imports it on the host.
 """
 
-# The kernel command line of the lab's guests (tier 2's guest and tier 3's
-# compute host). no_timer_check: under TCG, on a host busy with the test
-# suites, the kernel's check that the IO-APIC delivers the timer interrupt
-# can run out of time and panic ("IO-APIC + timer doesn't work!") before
-# anything of the lab runs; the emulated timer works, only slowly.
-GUEST_KERNEL_ARGS = 'console=ttyS0 panic=-1 quiet loglevel=3 no_timer_check'
-
 TIER2 = {
     'guest_cyborg.py': {
         'loads': 'cyborg: MdevDriver loads with [mdev] device_spec address '

@@ -46,6 +46,7 @@ import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import guests  # noqa: E402
 import plans  # noqa: E402
 
 ROOT = HERE.parent.parent
@@ -347,16 +348,9 @@ FINISHED = 'tier2: the guest finished before its watchdog'
 
 
 def guest_command(guest, out):
-    """QEMU running tier 2's guest: one vCPU, as the compute guest of tier
-    3 (see cloud.py)."""
-    return ['qemu-system-x86_64', '-accel', 'tcg', '-m', '3072',
-            '-smp', '1', '-nographic', '-no-reboot',
-            '-kernel', str(guest / 'vmlinuz'),
-            '-initrd', str(guest / 'initrd.gz'),
-            '-append', '%s lab.stage2=%s lab.watchdog=%d' % (
-                plans.GUEST_KERNEL_ARGS, HERE / 'guest-stage2.sh', WATCHDOG),
-            '-virtfs', 'local,path=/,mount_tag=hostroot,'
-            'security_model=none,readonly=on,multidevs=remap',
+    """QEMU running tier 2's guest, which writes its results to `out`."""
+    return guests.qemu_command(
+        guest, 3072, HERE / 'guest-stage2.sh', watchdog=WATCHDOG) + [
             '-virtfs', 'local,path=%s,mount_tag=out,security_model=none' %
             out]
 
