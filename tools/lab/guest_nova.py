@@ -601,7 +601,7 @@ def bad_input(lab, handle):
             expect(not lab.claims(inst), 'claimed: %s' % lab.claims())
     check('taken', taken,
           raises=(exception.InvalidAcceleratorRequest,
-                  ['attach_handle_uuid', 'mtty-1']))
+                  ['attach_handle_uuid', 'another parent or type']))
 
     # The same, when libvirt lists that mdev only after Nova listed the
     # host's mdevs (libvirt's list follows udev's events: they are held back
