@@ -11,7 +11,8 @@ tier1  the domain and node-device XML that Nova's Cyborg mdev functional
 tier2  the patched Cyborg and Nova code on a real kernel mdev (the mtty
        sample driver) with real udev, mdevctl and libvirtd, in the
        distribution's kernel booted under qemu-system-x86_64 -accel tcg
-       (build-guest.sh, guest-init, guest-stage2.sh, guest_*.py).
+       (build-guest.sh, guest-init, guest-stage2.sh, guest_*.py,
+       guests.py).
 tier3  both series deployed as a cloud (MariaDB, RabbitMQ, Keystone,
        Glance, Placement, Neutron's API, Nova, Cyborg) whose compute host is
        that guest (nova-compute, cyborg-agent), and an operator's day with
