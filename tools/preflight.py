@@ -266,14 +266,21 @@ def to_fetch(lab):
 
 
 def pending(lab):
-    """(what is still to fetch from PyPI, the packages still to install)."""
+    """(what is still to fetch from PyPI, the packages still to install).
+    The kernel's source and headers are known once linux-headers-amd64 is
+    installed (before, they are installed after it, from the same
+    archive)."""
     fetch = to_fetch(lab)
     packages = []
     if lab:
         _, lab_run = lab_modules()
-        packages = missing_packages(
-            lab_run.TIER2_PACKAGES +
-            (lab_run.TIER3_PACKAGES if tier3_on() else []))
+        names = lab_run.TIER2_PACKAGES + (
+            lab_run.TIER3_PACKAGES if tier3_on() else [])
+        try:
+            names = names + lab_run.kernel_packages()
+        except RuntimeError:
+            pass            # linux-headers-amd64 is not installed yet
+        packages = missing_packages(names)
     return fetch, packages
 
 

@@ -97,6 +97,16 @@ class PlannedTest(unittest.TestCase):
         self.assertIn('FAIL c (0.0s): not run: the guest did not boot', out)
         self.assertEqual(['lab tierX: b', 'lab tierX: c'], tally.failures)
 
+    def test_a_check_that_printed_a_fail_and_a_pass_fails(self):
+        plan = run.Planned('lab tierX', ['a', 'b'])
+        tally = testsel.Tally()
+        quietly(lambda: [plan.line('PASS a (1.0s)'),
+                         plan.line('FAIL a (1.0s): broken after all'),
+                         plan.line('FAIL b (1.0s): broken'),
+                         plan.line('PASS b (1.0s)'),
+                         plan.count(tally, '')])
+        self.assertEqual((0, 2, 0, 0), counts(tally))
+
     def test_a_check_outside_the_plan_fails(self):
         plan = run.Planned('lab tierX', ['a'])
         tally = testsel.Tally()
@@ -224,6 +234,18 @@ class LabInTheTestCommandTest(unittest.TestCase):
         self.assertIn('   FAIL %s (0.0s): not run: tools/lab/run.py stopped '
                       'before its count (exit 3), see build/logs/lab.log' %
                       names[0], out)
+
+    def test_a_lab_that_stopped_counts_a_check_with_a_fail_line_failed(self):
+        names = run.planned(('tier1', 'tier2', 'tier3'))
+        left_out = run.left_out(('tier1', 'tier2', 'tier3'))
+        lab = self.lab({}, 'print("   PASS %s (1.0s)\\n   FAIL %s (1.0s): x\\n'
+                       '   PASS %s (1.0s)"); raise SystemExit(3)'
+                       % (names[0], names[0], names[1]))
+        tally, out = quietly(lab.finish)
+        self.assertEqual((1, len(names) - 1, len(left_out), 0),
+                         counts(tally))
+        self.assertIn('lab: %s: tools/lab/run.py stopped before its count'
+                      % names[0], ' '.join(tally.failures))
 
     def test_tier3_left_out_counts_its_checks_as_skipped(self):
         # the same checks in every run's total, with or without tier 3
@@ -747,11 +769,101 @@ class StepsAssertTest(unittest.TestCase):
                 s.soft_reboot('vm1')
         with mock.patch.object(steps, 'log_since',
                                lambda name, mark: logs['soft']):
-            self.assertIn('QEMU pid 100 -> 200', s.soft_reboot('vm1'))
+            got = s.soft_reboot('vm1')
+            self.assertIn('QEMU pid 100 -> 200', got)
+            # (the path Nova's log shows first, in a log cut at 200)
+            self.assertTrue(got.startswith(
+                'nova-compute: "Instance shutdown successfully."'), got)
             # the same QEMU process after it: no reboot happened
             s.seen[2].qemu_pid['instance-1'] = 100
             with self.assertRaisesRegex(steps.Failed, 'was not restarted'):
                 s.soft_reboot('vm1')
+
+    def test_a_bad_profile_needs_the_scheduler_s_own_refusal(self):
+        # (the pattern bad_profile() gives failed_boot(), not a test's own)
+        s = self.steps()
+        s.failed_boot = mock.Mock(return_value='refused')
+        s.bad_profile()
+        fault = s.failed_boot.call_args.args[3]
+        self.assertTrue(fault.fullmatch('No valid host was found. '))
+        for message in ('Unexpected API Error.', 'No valid host was found. '
+                        'Exceeded max scheduling attempts 3 for instance x',
+                        'Build of instance x aborted'):
+            self.assertIsNone(fault.fullmatch(message), message)
+
+    def test_an_offloaded_server_with_an_arq_fails(self):
+        # (before, shelve's "no ARQ" was printed, not asserted)
+        s = self.steps()
+        s.arqs = lambda sid=None: [{'uuid': 'arq1', 'state': 'Bound'}]
+        with self.assertRaisesRegex(steps.Failed, 'the offloaded server has '
+                                    'ARQs'):
+            s.shelve_unshelve('vm1')
+
+    def test_a_rebuild_that_kept_the_old_image_fails(self):
+        s = self.steps()
+        s.images = {'tiny': 'img-old', 'tiny2': 'img-new'}
+        s.server = lambda sid: {'image': {'id': 'img-old'}}
+        s.qemu_pid = lambda name: 100
+        s.verify = lambda name, *a, **k: 'verified'
+        with self.assertRaisesRegex(steps.Failed, 'vm1 runs image img-old, '
+                                    'not tiny2'):
+            s.lifecycle('vm1', 'server rebuild --image tiny2 vm1',
+                        image='tiny2')
+
+    def test_one_delete_needs_placement_s_inventories_as_before(self):
+        # (before, the upgrade day's delete compared sysfs and usages only)
+        s = self.steps()
+        s.servers['u2'] = 'sid2'
+        s.arqs = lambda sid=None: [{'attach_handle_uuid': 'm2'}] if (
+            sid == 'sid2' and 'u2' in s.servers) else []
+        # (10 available before the delete, 11 after it)
+        host = types.SimpleNamespace(mdevs={}, defined={},
+                                     available={'mtty-2': 11}, nodedev=lambda
+                                     uuid: None)
+        s.no_leaks = lambda: host
+        totals = iter([11, 11, 11, 10])
+        s.providers = lambda: {'lab_mdev_mtty_mtty-2': {'inventories': {
+            'CUSTOM_MDEV_MTTY_2': {'total': next(totals), 'reserved': 0}}}}
+        before = types.SimpleNamespace(available={'mtty-2': 10})
+        with mock.patch.object(steps, 'probe', lambda guest: before):
+            self.assertIn('Placement inventories', s.delete_one('u2'))
+            s.servers['u2'] = 'sid2'
+            with self.assertRaisesRegex(steps.Failed, "Cyborg's inventories "
+                                        r'in Placement \(total, reserved\): '
+                                        ".*10, 0.*, before the delete"):
+                s.delete_one('u2')
+
+    def delete_all(self, usages, inventory):
+        s = self.steps()
+        host = types.SimpleNamespace(mdevs={}, defined={}, domains=[],
+                                     available={'mtty-2': 11})
+        s.no_leaks = lambda: host
+        s.lab.guest = mock.Mock(**{'sh.return_value': (0, '', '')})
+        s.handmade = None
+        s.start_available = {'mtty-2': 11}
+        start = {'total': 11, 'reserved': 0}
+        s.start_inventory = {'lab_mdev_mtty_mtty-2': {
+            'CUSTOM_MDEV_MTTY_2': (11, 0)}}
+        s.providers = lambda: {'lab_mdev_mtty_mtty-2': {
+            'uuid': 'rp2', 'usages': usages,
+            'inventories': {'CUSTOM_MDEV_MTTY_2': dict(start, **inventory)}}}
+        wait = mock.patch.object(steps.cloud, 'wait_for', lambda *a, **k: (
+            a[1]() or None))
+        with wait, mock.patch.object(steps, 'probe', lambda guest: host), \
+                mock.patch.object(steps, 'OTHER_TYPE', 'mtty-2'):
+            return s.delete()
+
+    def test_capacity_is_back_in_placement_only_with_no_usage_left(self):
+        # (before, delete's "capacity back" compared sysfs only)
+        self.assertIn('Placement inventories', self.delete_all(
+            {'CUSTOM_MDEV_MTTY_2': 0}, {}))
+        with self.assertRaisesRegex(steps.Failed, 'Placement usages left: '
+                                    "{'lab_mdev_mtty_mtty-2': "
+                                    "{'CUSTOM_MDEV_MTTY_2': 1}}"):
+            self.delete_all({'CUSTOM_MDEV_MTTY_2': 1}, {})
+        with self.assertRaisesRegex(steps.Failed, "Cyborg's inventories in "
+                                    r'Placement \(total, reserved\)'):
+            self.delete_all({'CUSTOM_MDEV_MTTY_2': 0}, {'reserved': 1})
 
 
 @unittest.skipUnless(shutil.which('qemu-system-x86_64'),

@@ -37,7 +37,11 @@ class PreflightTest(unittest.TestCase):
         cloud = types.SimpleNamespace(
             all_ports=lambda: self.ports, port_free=real_cloud.port_free,
             cloud_processes=dict)
-        lab_run = types.SimpleNamespace(TIER2_PACKAGES=[], TIER3_PACKAGES=[])
+
+        def no_headers():
+            raise RuntimeError('linux-headers-amd64 is not installed')
+        lab_run = types.SimpleNamespace(TIER2_PACKAGES=[], TIER3_PACKAGES=[],
+                                        kernel_packages=no_headers)
         for name, value in (
                 ('os_release', lambda: dict(DEBIAN)),
                 ('machine', lambda: 'x86_64'),
@@ -92,6 +96,21 @@ class PreflightTest(unittest.TestCase):
                                  TO_FETCH(lab=True))
                 self.assertNotIn('build/venvs/lab-cloud',
                                  TO_FETCH(lab=False))
+
+    def test_the_kernel_s_source_and_headers_are_announced(self):
+        # (before, a machine that had linux-headers-amd64 but not the
+        # kernel's source passed, and the lab then could not be set up)
+        _, lab_run = preflight.lab_modules()
+        lab_run.TIER2_PACKAGES = ['linux-headers-amd64', 'mdevctl']
+        self.replace('missing_packages', lambda packages: [
+            p for p in packages if p.startswith('linux-source')])
+        self.assertEqual([], preflight.pending(lab=True)[1])
+        lab_run.kernel_packages = lambda: ['linux-source-6.1',
+                                           'linux-headers-6.1.0-56-amd64']
+        self.assertEqual(['linux-source-6.1'],
+                         preflight.pending(lab=True)[1])
+        self.replace('reachable', lambda url, proxy=None: 'no route to host')
+        self.assertIn('linux-source-6.1', ' '.join(preflight.problems()))
 
     def test_debian_12_s_python3_will_do(self):
         # its 3.11.2 has no tarfile extraction filters: the series checks

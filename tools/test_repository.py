@@ -25,13 +25,36 @@ def tracked(*paths):
                           check=True).stdout.split()
 
 
+# What the repository holds at its top: the product (README, Makefile,
+# bases, patches, specs, docs, tools, benchmarks, constraints, CI).
+TOP_LEVEL = {'.ci', '.gitignore', 'Makefile', 'README.md', 'bases.ini',
+             'bench', 'constraints', 'doc', 'patches', 'specs', 'tools'}
+# Names working notes, drafts and editors' leftovers go by.
+NOTE_LIKE = re.compile(r'(^|/)(wip|notes?|todo|drafts?|scratch|tmp)(/|\.|$)'
+                       r'|\.(orig|rej|swp|bak)$|~$', re.I)
+
+
 class RepositoryTest(unittest.TestCase):
 
     def setUp(self):
         self.readme = (TOP / 'README.md').read_text()
 
     def test_no_working_notes_are_tracked(self):
+        files = tracked()
         self.assertEqual([], tracked('wip'))
+        self.assertEqual([], sorted({f.split('/')[0] for f in files} -
+                                    TOP_LEVEL))
+        self.assertEqual([], [f for f in files if NOTE_LIKE.search(f)])
+
+    def test_the_patches_are_the_series_and_their_cover_letters(self):
+        # (no scratch patch beside a series)
+        for series in tracked('patches/*/series'):
+            folder = pathlib.Path(series).parent
+            listed = [line.strip() for line in (TOP / series).read_text(
+            ).splitlines() if line.strip() and not line.startswith('#')]
+            self.assertEqual(
+                sorted(['series', '0000-cover-letter.txt'] + listed),
+                sorted(pathlib.Path(f).name for f in tracked(str(folder))))
 
     def test_the_readme_is_short(self):
         self.assertLess(len(self.readme), 15000)
@@ -49,7 +72,7 @@ class RepositoryTest(unittest.TestCase):
         for port in cloud.all_ports():
             self.assertIn(str(port), first)
         for word in ('Debian 12', 'root', 'make check-suites', 'minutes',
-                     'installs on the host'):
+                     'warm', 'cold', 'installs on the host'):
             self.assertIn(word, first)
 
     def test_the_readme_names_every_makefile_target(self):

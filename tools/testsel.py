@@ -710,7 +710,7 @@ class Lab:
 
     def uncounted(self, rc, text):
         """run.py stopped before its count: each planned check passed if
-        its PASS line was printed, else failed."""
+        its PASS line was printed and no FAIL line, else failed."""
         tally = Tally()
         why = 'tools/lab/run.py stopped before its count (exit %d), see ' \
             'build/logs/lab.log' % rc
@@ -719,9 +719,11 @@ class Lab:
         for name in left_out:
             print('   SKIP %s' % name, flush=True)
         tally.skipped += len(left_out)
-        passed = {m.group(2) for m in (
+        results = [m.groups()[:2] for m in (
             self.lab_run.LINE.match(line.strip())
-            for line in text.splitlines()) if m and m.group(1) == 'PASS'}
+            for line in text.splitlines()) if m]
+        passed = {name for result, name in results if result == 'PASS'} - {
+            name for result, name in results if result == 'FAIL'}
         for name in names:
             if name in passed:
                 tally.passed += 1

@@ -282,7 +282,8 @@ class UpgradeDay(Day):
         # (u2 deleted first: each guest nova-compute resumes after a host
         # reboot takes it about 40 s under TCG)
         Check('delete33', 'u5 33 line: delete u2: its ARQ and mdev gone, '
-              'the capacity back', lambda s, d: s.delete_one('u2'),
+              'the capacity back on the host and in Placement (usages, '
+              'inventories)', lambda s, d: s.delete_one('u2'),
               needs=('boot',)),
         Check('host_reboot', 'u6 33 line: host reboot: the mdev comes back, '
               'nova-compute resumes u1 with it',

@@ -88,9 +88,10 @@ LINE = re.compile(r'^(PASS|FAIL) (.*?) \([0-9.]+s\)(:.*)?$')
 
 class Planned:
     """The planned checks of a tier (or of one script of it), each counted
-    once from the PASS/FAIL line that names it: a planned check that
-    printed none is a FAIL "not run: why", and a line naming a check
-    outside the plan is a FAIL too (the plan is out of date)."""
+    once from the PASS/FAIL lines that name it: a planned check that
+    printed none is a FAIL "not run: why", one that printed a FAIL is a
+    FAIL even if it also printed a PASS, and a line naming a check outside
+    the plan is a FAIL too (the plan is out of date)."""
 
     def __init__(self, label, names):
         self.label = label
@@ -103,7 +104,9 @@ class Planned:
         print('   ' + line, flush=True)
         m = LINE.match(line)
         if m:
-            self.seen.setdefault(m.group(2), m.group(1) == 'PASS')
+            name = m.group(2)
+            self.seen[name] = self.seen.get(name, True) and \
+                m.group(1) == 'PASS'
 
     def count(self, tally, why):
         """Add every planned check to tally; why: why a check did not run
@@ -284,6 +287,13 @@ def kernel_version():
     return m.group(1)
 
 
+def kernel_packages():
+    """The source and headers of the kernel linux-headers-amd64 names (the
+    guest's kernel, and its modules' build)."""
+    kver = kernel_version()
+    return ['linux-source-' + kver.split('.0-')[0], 'linux-headers-' + kver]
+
+
 def lab_venv(line='nova'):
     """build/venvs/lab (lab-nova34 for line nova34): the Nova venv's
     packages + real libvirt-python.
@@ -374,9 +384,7 @@ def tier2(tally):
             return
     try:
         t_apt = apt_install(TIER2_PACKAGES)
-        kver = kernel_version()
-        t_apt += apt_install(['linux-source-' + kver.split('.0-')[0],
-                              'linux-headers-' + kver])
+        t_apt += apt_install(kernel_packages())
         t_venv = lab_venv()
         t = time.time()
         subprocess.run(['bash', str(HERE / 'build-guest.sh'),
@@ -548,9 +556,7 @@ def tier3(tally):
             return
     try:
         t_apt = apt_install(TIER2_PACKAGES + TIER3_PACKAGES)
-        kver = kernel_version()
-        t_apt += apt_install(['linux-source-' + kver.split('.0-')[0],
-                              'linux-headers-' + kver])
+        t_apt += apt_install(kernel_packages())
         t_venv = sum(lab_venv(line) for line in lines) + lab_cloud_venv()
         t = time.time()
         subprocess.run(['bash', str(HERE / 'build-guest.sh'),

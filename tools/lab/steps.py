@@ -453,11 +453,13 @@ class Steps:
     def delete_one(self, name):
         """One server deleted: its ARQ and its mdev gone (libvirt,
         mdevctl, sysfs), the parent's capacity back by one, Placement's
-        usages those of the other servers' ARQs."""
+        usages those of the other servers' ARQs and Cyborg's inventories
+        in Placement as before the delete."""
         t = time.monotonic()
         sid = self.servers[name]
         uuid = self.arqs(sid)[0]['attach_handle_uuid']
         before = probe(self.lab.guest).available[MDEV_TYPE]
+        inventory = self.cyborg_inventory(self.providers())
         self.op('server delete --wait %s' % name, fmt=None)
         del self.servers[name]
         arqs = self.arqs(sid)
@@ -471,10 +473,15 @@ class Steps:
         expect(host.available[MDEV_TYPE] == before + 1,
                '%s available: %d, %d before the delete' % (
                    MDEV_TYPE, host.available[MDEV_TYPE], before))
+        after = self.cyborg_inventory(self.providers())
+        expect(after == inventory, 'Cyborg\'s inventories in Placement '
+               '(total, reserved): %s, before the delete: %s' % (
+                   after, inventory))
         self.op('accelerator arq list')
-        return 'ARQ and mdev %s gone, %s available %d -> %d (%ds)' % (
-            uuid, MDEV_TYPE, before, host.available[MDEV_TYPE],
-            time.monotonic() - t)
+        return 'ARQ and mdev %s gone, %s available %d -> %d, Placement ' \
+            'inventories %s as before (%ds)' % (
+                uuid, MDEV_TYPE, before, host.available[MDEV_TYPE], after,
+                time.monotonic() - t)
 
     def lifecycle(self, name, command, status='ACTIVE', then=None,
                   restarts=True, image=None):
@@ -542,9 +549,10 @@ class Steps:
                    domain, after, before))
         again = self.wait_console(name, ARMED)
         self.op('console log show --lines 2 %s' % name, fmt=None)
-        return ('console before: "%s"; nova-compute: "%s"; QEMU pid %s -> '
-                '%s; console after: "%s"; %s (%ds)' % (
-                    armed, soft[0].split('] ', 1)[-1].strip(), before, after,
+        # (nova-compute's line first: it says which path ran)
+        return ('nova-compute: "%s"; QEMU pid %s -> %s; console before: '
+                '"%s", after: "%s"; %s (%ds)' % (
+                    soft[0].split('] ', 1)[-1].strip(), before, after, armed,
                     again, verified, time.monotonic() - t))
 
     def recover(self, name):
