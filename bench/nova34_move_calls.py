@@ -25,10 +25,12 @@ Cyborg calls are counted at the calls Nova's client makes to Cyborg's API
 (a device profile read, an ARQ create, a bind, an ARQ list, an ARQ read, a
 delete, and the API's read of Cyborg's versions, in steady state: an API
 process reads them at most once a minute, so each scenario starts with the
-answer kept, and the first move of a minute makes one call more); Placement calls at the report client's HTTP methods (GET, POST,
-PUT, DELETE), which the scheduler, the conductor and the computes share. No
+answer kept, and the first move of a minute makes one call more);
+Placement calls at the report client's HTTP methods (GET, POST, PUT,
+DELETE), which the scheduler, the conductor and the computes share. No
 assertion: the numbers are printed for a person to read, with the ratios
-of each move to a spawn plus a delete.
+of each move to a spawn plus a delete and to an evacuation (Cyborg calls,
+then Placement calls).
 """
 
 import collections
@@ -206,17 +208,19 @@ def main():
     if not result.wasSuccessful():
         sys.exit('bench: a scenario failed; no figures')
     base_cyborg, base_placement = COUNTS['spawn + delete']
-    print('%-28s %8s %10s %9s %11s' % (
-        'resize (2 MDEV ARQs)', 'Cyborg', 'Placement', 'Cyborg x',
-        'Placement x'))
+    evac_cyborg, evac_placement = COUNTS['evacuate']
+    print('%-28s %8s %10s   %-21s %s' % (
+        'resize (2 MDEV ARQs)', 'Cyborg', 'Placement',
+        'x spawn + delete', 'x evacuate (reference)'))
     for name in ('spawn + delete', 'to no profile + confirm',
                  'to a profile + confirm', 'to a profile + revert',
                  'same profile + confirm', 'same profile + revert',
                  'cold migrate + confirm', 'no ARQ + confirm', 'evacuate'):
         cyborg_calls, placement_calls = COUNTS[name]
-        print('%-28s %8d %10d %9.2f %11.2f' % (
+        print('%-28s %8d %10d   %9.2f %11.2f   %9.2f %11.2f' % (
             name, cyborg_calls, placement_calls,
-            cyborg_calls / base_cyborg, placement_calls / base_placement))
+            cyborg_calls / base_cyborg, placement_calls / base_placement,
+            cyborg_calls / evac_cyborg, placement_calls / evac_placement))
     print()
     print('Cyborg calls by client method:')
     for name, detail in CYBORG_DETAIL.items():
