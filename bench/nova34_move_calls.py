@@ -209,9 +209,11 @@ def main():
         sys.exit('bench: a scenario failed; no figures')
     base_cyborg, base_placement = COUNTS['spawn + delete']
     evac_cyborg, evac_placement = COUNTS['evacuate']
-    print('%-28s %8s %10s   %-21s %s' % (
-        'resize (2 MDEV ARQs)', 'Cyborg', 'Placement',
-        'x spawn + delete', 'x evacuate (reference)'))
+    print('%-28s %8s %10s   %21s   %21s' % (
+        '', '', '', 'x spawn + delete', 'x evacuate (reference)'))
+    print('%-28s %8s %10s   %9s %11s   %9s %11s' % (
+        'resize (2 MDEV ARQs)', 'Cyborg', 'Placement', 'Cyborg',
+        'Placement', 'Cyborg', 'Placement'))
     for name in ('spawn + delete', 'to no profile + confirm',
                  'to a profile + confirm', 'to a profile + revert',
                  'same profile + confirm', 'same profile + revert',

@@ -246,6 +246,8 @@ class LabInTheTestCommandTest(unittest.TestCase):
                          counts(tally))
         self.assertIn('lab: %s: tools/lab/run.py stopped before its count'
                       % names[0], ' '.join(tally.failures))
+        self.assertIn('   FAIL %s (0.0s): failed: tools/lab/run.py stopped'
+                      % names[0], out)
 
     def test_tier3_left_out_counts_its_checks_as_skipped(self):
         # the same checks in every run's total, with or without tier 3

@@ -48,6 +48,9 @@ class RepositoryTest(unittest.TestCase):
 
     def test_the_patches_are_the_series_and_their_cover_letters(self):
         # (no scratch patch beside a series)
+        self.assertEqual(['patches/cyborg/series', 'patches/nova/series',
+                          'patches/nova34/series'],
+                         sorted(tracked('patches/*/series')))
         for series in tracked('patches/*/series'):
             folder = pathlib.Path(series).parent
             listed = [line.strip() for line in (TOP / series).read_text(

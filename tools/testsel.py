@@ -722,13 +722,15 @@ class Lab:
         results = [m.groups()[:2] for m in (
             self.lab_run.LINE.match(line.strip())
             for line in text.splitlines()) if m]
-        passed = {name for result, name in results if result == 'PASS'} - {
-            name for result, name in results if result == 'FAIL'}
+        failed = {name for result, name in results if result == 'FAIL'}
+        passed = {name for result, name in results
+                  if result == 'PASS'} - failed
         for name in names:
             if name in passed:
                 tally.passed += 1
             else:
-                print('   FAIL %s (0.0s): not run: %s' % (name, why),
+                print('   FAIL %s (0.0s): %s: %s' % (
+                    name, 'failed' if name in failed else 'not run', why),
                       flush=True)
                 tally.fail('lab: %s: %s' % (name, why))
         return tally
